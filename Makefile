@@ -1,0 +1,37 @@
+# tokenbucket: PGXS build, plus the two set-up commands (demo, test).
+
+EXTENSION = tokenbucket
+MODULE_big = tokenbucket
+OBJS = src/tokenbucket.o src/bucket.o
+DATA = $(wildcard sql/$(EXTENSION)--*.sql)
+
+# pg_regress: inputs in sql/, outputs in expected/
+REGRESS = api errors clock security
+# isolation specs live in test/isolation/{specs,expected}
+ISOLATION = race_last_token wait_uncommitted rollback_returns
+ISOLATION_OPTS = --inputdir=test/isolation
+
+# warnings are errors; silence only what PostgreSQL's own headers trigger
+PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifneq ($(wildcard $(PGXS)),)
+include $(PGXS)
+else
+# No server headers yet: only the set-up targets below work, and they
+# install them.
+all install installcheck:
+	@echo "PostgreSQL server headers not found; run 'make test' or 'make demo'," \
+	      "or install postgresql-server-dev-NN and set PG_CONFIG." >&2; exit 1
+endif
+
+.PHONY: demo test
+
+# Both set up a fresh Debian 12 machine as root (packages, build, install,
+# a throwaway server) and clean up after themselves.
+demo:
+	bash scripts/demo.sh
+
+test:
+	bash test/run.sh

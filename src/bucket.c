@@ -1,0 +1,191 @@
+/*-------------------------------------------------------------------------
+ *
+ * bucket.c
+ *	  The refill arithmetic, in one place, and its SQL-callable wrappers.
+ *
+ * Every decision the extension makes goes through bucket_deficit_at(): the
+ * acquire UPDATE calls it through tb_take(), the tb_status view through
+ * tb_tokens() and tb_full_at(), and the C entry points directly.  None of
+ * these functions touch a table; tokenbucket.c does that.
+ *
+ * Time only ever moves a bucket forward: a moment earlier than updated_at
+ * (a clock stepped back, or a caller that read the clock before waiting on
+ * a row lock) sees the bucket as it was at updated_at, and updated_at never
+ * moves backwards, so no interval of time is ever refilled twice.
+ *
+ * src/bucket.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "bucket.h"
+#include "common/int.h"
+#include "fmgr.h"
+#include "utils/timestamp.h"
+
+/*
+ * Tokens the bucket is short of full at "at", after refilling since
+ * updated_at.  This is the refill arithmetic; everything else uses it.
+ */
+double
+bucket_deficit_at(const Bucket *bucket, TimestampTz at)
+{
+	double		elapsed;
+
+	if (at <= bucket->updated_at)
+		return bucket->deficit;
+
+	elapsed = ((double) at - (double) bucket->updated_at) / USECS_PER_SEC;
+	return fmax(0.0, bucket->deficit - elapsed * bucket->refill_rate);
+}
+
+/* Tokens the bucket holds at "at". */
+double
+bucket_tokens_at(const Bucket *bucket, TimestampTz at)
+{
+	return bucket->capacity - bucket_deficit_at(bucket, at);
+}
+
+/*
+ * Whether the bucket holds "cost" tokens at "at".  This comparison is the
+ * grant decision; bucket_take() and bucket_ready_at() both use it, so a
+ * client told to come back at a moment is granted at that moment.
+ */
+bool
+bucket_holds(const Bucket *bucket, double cost, TimestampTz at)
+{
+	return bucket_deficit_at(bucket, at) + cost <= bucket->capacity;
+}
+
+/*
+ * Take "cost" tokens at "at" if the bucket holds them.  Returns false and
+ * leaves the bucket untouched otherwise.
+ */
+bool
+bucket_take(Bucket *bucket, double cost, TimestampTz at)
+{
+	if (!bucket_holds(bucket, cost, at))
+		return false;
+
+	bucket->deficit = bucket_deficit_at(bucket, at) + cost;
+	bucket->updated_at = Max(bucket->updated_at, at);
+	return true;
+}
+
+/*
+ * The first microsecond, not before "at", at which the bucket holds "cost"
+ * tokens.  The estimate from the refill rate is rounded up and then moved
+ * to the first microsecond bucket_holds() itself accepts, so floating-point
+ * rounding can make the answer neither early nor late.  Waits are capped
+ * at BUCKET_MAX_WAIT_USECS.
+ */
+TimestampTz
+bucket_ready_at(const Bucket *bucket, double cost, TimestampTz at)
+{
+	TimestampTz start = Max(at, bucket->updated_at);
+	double		wait;
+	TimestampTz ready;
+
+	if (bucket_holds(bucket, cost, at))
+		return at;
+
+	wait = ceil((bucket->deficit + cost - bucket->capacity) /
+				bucket->refill_rate * USECS_PER_SEC);
+	if (!(wait < (double) BUCKET_MAX_WAIT_USECS) ||
+		pg_add_s64_overflow(bucket->updated_at, (int64) wait, &ready))
+	{
+		if (pg_add_s64_overflow(start, BUCKET_MAX_WAIT_USECS, &ready))
+			ready = DT_NOEND;
+		return ready;
+	}
+
+	/* the estimate can be a microsecond or two off either way */
+	ready = Max(ready, start);
+	for (int nudge = 0; nudge < 4 && ready > start &&
+		 bucket_holds(bucket, cost, ready - 1); nudge++)
+		ready--;
+	for (int nudge = 0; nudge < 4 && !bucket_holds(bucket, cost, ready); nudge++)
+		ready++;
+	return ready;
+}
+
+/*
+ * When the bucket is (or was) full: the first moment a request for its
+ * whole capacity would be granted.
+ */
+TimestampTz
+bucket_full_at(const Bucket *bucket)
+{
+	return bucket_ready_at(bucket, bucket->capacity, bucket->updated_at);
+}
+
+/*
+ * Give the bucket new settings at "at", keeping the tokens it holds then,
+ * capped at the new capacity.
+ */
+void
+bucket_reconfigure(Bucket *bucket, double capacity, double refill_rate,
+				   TimestampTz at)
+{
+	double		tokens = fmin(bucket_tokens_at(bucket, at), capacity);
+
+	bucket->deficit = fmax(0.0, capacity - tokens);
+	bucket->updated_at = Max(bucket->updated_at, at);
+	bucket->capacity = capacity;
+	bucket->refill_rate = refill_rate;
+}
+
+/* Build a Bucket from the first four arguments of a SQL-callable helper. */
+static Bucket
+bucket_from_args(FunctionCallInfo fcinfo)
+{
+	Bucket		bucket;
+
+	bucket.capacity = PG_GETARG_FLOAT8(0);
+	bucket.refill_rate = PG_GETARG_FLOAT8(1);
+	bucket.deficit = PG_GETARG_FLOAT8(2);
+	bucket.updated_at = PG_GETARG_TIMESTAMPTZ(3);
+	return bucket;
+}
+
+PG_FUNCTION_INFO_V1(tb_take);
+
+/*
+ * tb_take(capacity, refill_rate, deficit, updated_at, cost, at): the deficit
+ * after taking "cost" tokens at "at", or NULL when the bucket does not hold
+ * them.  The acquire UPDATE uses it both to filter and to set the row.
+ */
+Datum
+tb_take(PG_FUNCTION_ARGS)
+{
+	Bucket		bucket = bucket_from_args(fcinfo);
+
+	if (!bucket_take(&bucket, PG_GETARG_FLOAT8(4), PG_GETARG_TIMESTAMPTZ(5)))
+		PG_RETURN_NULL();
+	PG_RETURN_FLOAT8(bucket.deficit);
+}
+
+PG_FUNCTION_INFO_V1(tb_tokens);
+
+/* tb_tokens(capacity, refill_rate, deficit, updated_at, at): tokens held at "at". */
+Datum
+tb_tokens(PG_FUNCTION_ARGS)
+{
+	Bucket		bucket = bucket_from_args(fcinfo);
+
+	PG_RETURN_FLOAT8(bucket_tokens_at(&bucket, PG_GETARG_TIMESTAMPTZ(4)));
+}
+
+PG_FUNCTION_INFO_V1(tb_full_at);
+
+/* tb_full_at(capacity, refill_rate, deficit, updated_at): when it is full. */
+Datum
+tb_full_at(PG_FUNCTION_ARGS)
+{
+	Bucket		bucket = bucket_from_args(fcinfo);
+
+	PG_RETURN_TIMESTAMPTZ(bucket_full_at(&bucket));
+}

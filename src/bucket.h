@@ -1,0 +1,42 @@
+/*-------------------------------------------------------------------------
+ *
+ * bucket.h
+ *	  Token bucket state and the arithmetic every entry point shares.
+ *
+ * A bucket is stored as the tokens it was short of full ("deficit") at the
+ * moment "updated_at".  Refill pays the deficit back at refill_rate tokens
+ * per second, so a full bucket is simply deficit = 0, whatever updated_at
+ * says.  That makes the column defaults describe a full bucket, keeps
+ * fractional tokens exact, and means a denied request never has to write.
+ *
+ * src/bucket.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef TOKENBUCKET_BUCKET_H
+#define TOKENBUCKET_BUCKET_H
+
+#include "datatype/timestamp.h"
+
+/* Longest wait we report: 1000 years keeps every sum inside timestamptz. */
+#define BUCKET_MAX_WAIT_USECS	((int64) 1000 * 365 * USECS_PER_DAY)
+
+typedef struct Bucket
+{
+	double		capacity;		/* most tokens the bucket holds */
+	double		refill_rate;	/* tokens added per second */
+	double		deficit;		/* tokens short of full at updated_at */
+	TimestampTz updated_at;		/* when deficit was last written */
+} Bucket;
+
+extern double bucket_deficit_at(const Bucket *bucket, TimestampTz at);
+extern double bucket_tokens_at(const Bucket *bucket, TimestampTz at);
+extern bool bucket_holds(const Bucket *bucket, double cost, TimestampTz at);
+extern bool bucket_take(Bucket *bucket, double cost, TimestampTz at);
+extern TimestampTz bucket_ready_at(const Bucket *bucket, double cost,
+								   TimestampTz at);
+extern TimestampTz bucket_full_at(const Bucket *bucket);
+extern void bucket_reconfigure(Bucket *bucket, double capacity,
+							   double refill_rate, TimestampTz at);
+
+#endif							/* TOKENBUCKET_BUCKET_H */
