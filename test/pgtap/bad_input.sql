@@ -1,0 +1,145 @@
+--
+-- bad_input: a table of bad calls, each checked for its SQLSTATE and for
+-- leaving every bucket as it was.  STRICT functions answer NULL to a NULL
+-- argument and touch nothing (shown as 00000 here).
+--
+BEGIN;
+
+DO $$
+BEGIN
+	PERFORM tb_create('b', 5, 1, '1 hour');
+	PERFORM tb_create('full', 1, 1, '1 hour');
+	PERFORM tb_acquire('b', 3);
+END $$;
+CREATE TEMP TABLE snapshot AS SELECT * FROM tb_buckets;
+
+-- outcome(call): the SQLSTATE it raised (00000 if none), then whether the
+-- buckets are exactly as in the snapshot
+CREATE FUNCTION pg_temp.outcome(call text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	code text := '00000';
+	same boolean;
+BEGIN
+	-- the outer block always ends in an error, so whatever the call did is
+	-- rolled back before the next case runs
+	BEGIN
+		BEGIN
+			EXECUTE call;
+		EXCEPTION WHEN others THEN
+			code := SQLSTATE;
+		END;
+		SELECT NOT EXISTS (SELECT * FROM tb_buckets EXCEPT SELECT * FROM snapshot)
+		   AND NOT EXISTS (SELECT * FROM snapshot EXCEPT SELECT * FROM tb_buckets) INTO same;
+		RAISE SQLSTATE 'TBUND';
+	EXCEPTION WHEN SQLSTATE 'TBUND' THEN
+		NULL;
+	END;
+	RETURN code || CASE WHEN same THEN ', unchanged' ELSE ', CHANGED' END;
+END $$;
+
+CREATE TEMP TABLE cases (call text, code text);
+
+-- names: unknown, empty, long, odd characters, SQL fragments
+INSERT INTO cases
+SELECT format('SELECT %s(%L%s)', f, n, a), '42704'
+FROM unnest(ARRAY['tb_acquire', 'tb_try', 'tb_reset', 'tb_alter']) AS f,
+     unnest(ARRAY['', ' ', 'B', 'b ', repeat('x', 10000), 'b''; DROP TABLE tb_buckets; --',
+                  E'b\\0', E'b\\x00', 'b\', '"b"', 'ключ', '*', '%', 'b_', 'NULL']) AS n,
+     LATERAL (SELECT CASE f WHEN 'tb_alter' THEN ', 1' ELSE '' END AS a) AS x;
+INSERT INTO cases
+SELECT format('SELECT tb_acquire(%L, 1)', n), '42704'
+FROM unnest(ARRAY['', 'B', repeat('b', 3000), 'b''--', E'\\']) AS n;
+INSERT INTO cases
+SELECT format('SELECT tb_create(%L, 1, 1)', n), '22023'
+FROM unnest(ARRAY['', repeat('x', 1025), repeat('я', 513), repeat('ab', 100000)]) AS n;
+INSERT INTO cases
+SELECT format('SELECT tb_create(%L, 1, 1)', n), '23505' FROM unnest(ARRAY['b', 'full']) AS n;
+INSERT INTO cases
+SELECT format('SELECT tb_drop(%L)', n), '00000'
+FROM unnest(ARRAY['', 'B', repeat('x', 10000), 'b''; --']) AS n;
+
+-- costs: negative, NaN, infinite, above capacity
+INSERT INTO cases
+SELECT format('SELECT %s(%L, %L::float8)', f, b, c), '22023'
+FROM unnest(ARRAY['tb_acquire', 'tb_try']) AS f,
+     unnest(ARRAY['b', 'full']) AS b,
+     unnest(ARRAY['-1', '-1e-308', '-4.9e-324', '-1e308', 'NaN', 'Infinity', '-Infinity',
+                  '5.000001', '1e308', '6']) AS c
+WHERE NOT (b = 'b' AND c IN ('5.000001', '6'))
+   OR (b = 'b' AND c IN ('5.000001', '6'));
+
+-- a bad cost is reported before an unknown name
+INSERT INTO cases
+SELECT format('SELECT %s(%L, %L::float8)', f, 'nope', c), '22023'
+FROM unnest(ARRAY['tb_acquire', 'tb_try']) AS f,
+     unnest(ARRAY['-1', '-1e-308', 'NaN', 'Infinity', '-Infinity']) AS c;
+
+-- numbers and intervals that do not even parse
+INSERT INTO cases VALUES
+	('SELECT tb_acquire(''b'', ''1e309'')', '22003'),
+	('SELECT tb_acquire(''b'', ''-1e309'')', '22003'),
+	('SELECT tb_acquire(''b'', ''abc'')', '22P02'),
+	('SELECT tb_acquire(''b'', '''')', '22P02'),
+	('SELECT tb_try(''b'', ''1,5'')', '22P02'),
+	('SELECT tb_create(''n'', ''1e999'', 1)', '22003'),
+	('SELECT tb_create(''n'', 1, ''1e'')', '22P02'),
+	('SELECT tb_create(''n'', 1, 1, ''1 fortnight'')', '22007'),
+	('SELECT tb_create(''n'', 1, 1, ''abc'')', '22007'),
+	('SELECT tb_create(''n'', 1, 1, ''99999999999 years'')', '22015'),
+	('SELECT tb_alter(''b'', refill => 1, per => '''')', '22007');
+
+-- capacity and refill: zero, negative, NaN, infinite, denormal products
+INSERT INTO cases
+SELECT format('SELECT tb_create(''new'', %L::float8, %L::float8, %L::interval)', c, r, p), '22023'
+FROM (VALUES
+	('0', '1', '1 s'), ('-0', '1', '1 s'), ('-1', '1', '1 s'), ('NaN', '1', '1 s'),
+	('Infinity', '1', '1 s'), ('-Infinity', '1', '1 s'), ('-1e308', '1', '1 s'),
+	('1', '0', '1 s'), ('1', '-0', '1 s'), ('1', '-5', '1 s'), ('1', 'NaN', '1 s'),
+	('1', 'Infinity', '1 s'), ('1', '-Infinity', '1 s'),
+	('1', '1', '0'), ('1', '1', '-1 s'), ('1', '1', '-1 year'), ('1', '1', '1 mon -30 days'),
+	('1', '1', '-1 microsecond'), ('1', '1', '1 day -86400 s'),
+	('1', '4.9e-324', '1000 years'), ('1', '1e-310', '1000000 years'),
+	('1', '1e-300', '1000000 years'), ('1', '1e308', '1 microsecond'), ('1', '1e308', '0.5 s')
+) AS v(c, r, p);
+INSERT INTO cases
+SELECT format('SELECT tb_alter(''b'', %s)', a), '22023'
+FROM unnest(ARRAY['0', '-1', '''NaN''', '''Infinity''', 'refill => 0', 'refill => -1',
+                  'refill => ''NaN''', 'refill => ''-Infinity''', 'per => ''1 minute''',
+                  'refill => 1, per => ''0''', 'refill => 1, per => ''-1 day''',
+                  'NULL, NULL, ''1 s''', 'refill => 1e308, per => ''1 microsecond''']) AS a;
+
+-- NULLs: STRICT functions return NULL and touch nothing; tb_alter keeps
+-- what is NULL, and a NULL name is a NULL result
+INSERT INTO cases
+SELECT call, '00000' FROM unnest(ARRAY[
+	'SELECT tb_acquire(NULL)', 'SELECT tb_acquire(NULL, 1)', 'SELECT tb_acquire(''b'', NULL)',
+	'SELECT tb_try(NULL)', 'SELECT tb_try(''b'', NULL)', 'SELECT tb_try(NULL, NULL)',
+	'SELECT tb_create(NULL, 1, 1)', 'SELECT tb_create(''n'', NULL, 1)',
+	'SELECT tb_create(''n'', 1, NULL)', 'SELECT tb_create(''n'', 1, 1, NULL)',
+	'SELECT tb_reset(NULL)', 'SELECT tb_drop(NULL)', 'SELECT tb_alter(NULL)',
+	'SELECT tb_alter(NULL, 1, 1, ''1 s'')', 'SELECT tb_alter(''b'', NULL, NULL, NULL)',
+	'SELECT tb_take(NULL, 1, 0, now(), 1, now())', 'SELECT tb_tokens(1, 1, 0, NULL, now())',
+	'SELECT tb_full_at(1, NULL, 0, now())']) AS call;
+
+-- the table refuses what the functions refuse
+INSERT INTO cases
+SELECT format('INSERT INTO tb_buckets (name, capacity, refill_rate, deficit, updated_at) VALUES (%s)', v), '23514'
+FROM unnest(ARRAY[
+	$$'', 1, 1, 0, now()$$, $$repeat('x', 1025), 1, 1, 0, now()$$,
+	$$'n', 0, 1, 0, now()$$, $$'n', 'NaN', 1, 0, now()$$, $$'n', '-Infinity', 1, 0, now()$$,
+	$$'n', 1, 0, 0, now()$$, $$'n', 1, 'Infinity', 0, now()$$, $$'n', 1, 'NaN', 0, now()$$,
+	$$'n', 1, 1, -1, now()$$, $$'n', 1, 1, 'NaN', now()$$, $$'n', 1, 1, 'Infinity', now()$$,
+	$$'n', 1, 1, 0, 'infinity'$$, $$'n', 1, 1, 0, '-infinity'$$]) AS v;
+INSERT INTO cases VALUES
+	('INSERT INTO tb_buckets (name, capacity, refill_rate) VALUES (NULL, 1, 1)', '23502'),
+	('INSERT INTO tb_buckets (name, capacity, refill_rate) VALUES (''n'', NULL, 1)', '23502'),
+	('INSERT INTO tb_buckets (name, capacity, refill_rate) VALUES (''b'', 1, 1)', '23505'),
+	('UPDATE tb_buckets SET capacity = -capacity', '23514'),
+	('UPDATE tb_buckets SET deficit = NULL', '23502');
+
+SELECT plan((SELECT count(*)::int FROM cases) + 1);
+SELECT ok((SELECT count(*) >= 200 FROM cases), 'at least 200 bad calls');
+SELECT is(pg_temp.outcome(call), code || ', unchanged', left(call, 120)) FROM cases;
+
+SELECT * FROM finish();
+ROLLBACK;

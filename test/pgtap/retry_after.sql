@@ -1,0 +1,40 @@
+--
+-- retry_after: a client told to come back after retry_after, that sleeps
+-- exactly that long and asks again, alone, is granted; and it is not told
+-- to wait longer than the refill needs.  Real clock, about a second.
+--
+BEGIN;
+SELECT plan(4);
+
+DO $$ BEGIN PERFORM tb_create('r', 3, 20); END $$;
+
+CREATE TEMP TABLE rounds (round int, cost float8, retry_after interval, granted boolean);
+
+DO $$
+DECLARE
+	t record;
+	cost float8;
+BEGIN
+	FOR round IN 1..8 LOOP
+		cost := 1 + (round % 3);
+		-- empty the bucket, then ask for cost tokens
+		PERFORM tb_acquire('r', tokens) FROM tb_status WHERE name = 'r';
+		SELECT * INTO t FROM tb_try('r', cost);
+		PERFORM pg_sleep(extract(epoch FROM t.retry_after)::float8);
+		INSERT INTO rounds VALUES (round, cost, t.retry_after, tb_acquire('r', cost));
+	END LOOP;
+END $$;
+
+SELECT is((SELECT count(*)::int FROM rounds WHERE granted), 8,
+	'each client that waited retry_after was granted');
+SELECT is((SELECT count(*)::int FROM rounds WHERE retry_after <= interval '0'), 0,
+	'an empty bucket always asks for a wait');
+SELECT is((SELECT count(*)::int FROM rounds
+	WHERE retry_after > cost / 20 * interval '1 second' + interval '1 microsecond'), 0,
+	'retry_after is never longer than cost / rate (rounded up to a microsecond)');
+SELECT is((SELECT count(*)::int FROM rounds
+	WHERE retry_after < (cost / 20 - 0.01) * interval '1 second'), 0,
+	'retry_after is cost / rate less only what refilled while the bucket was emptied');
+
+SELECT * FROM finish();
+ROLLBACK;

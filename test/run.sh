@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# test/run.sh: `make test`.  Sets up a fresh Debian 12 machine (as root),
+# builds and installs the extension, starts a throwaway PostgreSQL, runs
+# every suite, stops the server, and prints "N passed, N failed" last.
+#
+#   pg_regress    sql/*.sql against expected/*.out
+#   isolation     test/isolation/specs/*.spec (pg_isolation_regress)
+#   pgTAP         test/pgtap/*.sql, run by pg_prove
+#   concurrency   test/concurrency.sh: many sessions at once, never overdrawn
+
+source "$(dirname "$0")/../scripts/common.sh"
+
+tb_install_packages "postgresql-$PGVERSION-pgtap" libtap-parser-sourcehandler-pgtap-perl
+tb_build_install
+say "starting a throwaway PostgreSQL $PGVERSION"
+tb_start_server
+
+passed=0
+failed=0
+LOG=$TB_TMP/test.log
+
+# Count "ok"/"FAILED" lines of pg_regress and pg_isolation_regress (the
+# PostgreSQL 15 format, and the TAP format of 16 and later).
+count_regress() {
+	local ok bad
+	ok=$(grep -Ec '(\.\.\. ok|^ok [0-9]+ )' "$1" || true)
+	bad=$(grep -Ec '(\.\.\. FAILED|^not ok [0-9]+ )' "$1" || true)
+	passed=$((passed + ok))
+	failed=$((failed + bad))
+}
+
+# Count TAP assertions; a suite that failed without a "not ok" (a died
+# script, a wrong plan) counts as one failure.
+count_tap() {
+	local ok bad
+	ok=$(grep -Ec '^ *ok [0-9]+' "$1" || true)
+	bad=$(grep -Ec '^ *not ok [0-9]+' "$1" || true)
+	[ "$2" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+	passed=$((passed + ok))
+	failed=$((failed + bad))
+}
+
+# run_regress SUITE MAKE-ARGS...: one of PGXS's installcheck halves
+run_regress() {
+	local suite=$1 rc=0
+	shift
+	say "$suite"
+	make -C "$TOP" -s PG_CONFIG="$PG_CONFIG" installcheck "$@" >"$LOG" 2>&1 || rc=$?
+	cat "$LOG"
+	count_regress "$LOG"
+	if [ $rc -ne 0 ]; then
+		cat "$TOP/regression.diffs" "$TOP/output_iso/regression.diffs" 2>/dev/null || true
+		grep -Eq 'FAILED|not ok' "$LOG" || failed=$((failed + 1))
+	fi
+}
+run_regress "pg_regress" ISOLATION=
+run_regress "isolation" REGRESS=
+
+say "pgTAP (pg_prove)"
+psql -q -X -v ON_ERROR_STOP=1 -c 'CREATE DATABASE tb_tap' \
+	-c '\c tb_tap' -c 'CREATE EXTENSION pgtap' -c 'CREATE EXTENSION tokenbucket'
+rc=0
+pg_prove -v -d tb_tap "$TOP"/test/pgtap/*.sql >"$LOG" 2>&1 || rc=$?
+cat "$LOG"
+count_tap "$LOG" $rc
+
+say "concurrency (pgbench)"
+rc=0
+bash "$TOP/test/concurrency.sh" >"$LOG" 2>&1 || rc=$?
+cat "$LOG"
+count_tap "$LOG" $rc
+
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
