@@ -1,0 +1,91 @@
+# scripts/common.sh: set-up shared by `make demo`, `make test` (and later
+# `make bench`).  Sourced, not run.  On a fresh Debian 12 machine, as root:
+# installs what is missing from Debian's packages, builds and installs the
+# extension, and starts a throwaway PostgreSQL that tb_cleanup removes.
+
+set -euo pipefail
+
+PGVERSION=${PGVERSION:-15}
+PGBIN=/usr/lib/postgresql/$PGVERSION/bin
+export PG_CONFIG=$PGBIN/pg_config
+TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# Debian packages every command needs; callers may add more.
+TB_PACKAGES=(make gcc "postgresql-$PGVERSION" "postgresql-server-dev-$PGVERSION")
+
+say() { printf '\n== %s\n' "$*"; }
+
+# Install the packages that are not there yet; never touch a cluster.
+tb_install_packages() {
+	local missing=() pkg
+	for pkg in "${TB_PACKAGES[@]}" "$@"; do
+		dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' ||
+			missing+=("$pkg")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	say "installing from Debian: ${missing[*]}"
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "missing packages: ${missing[*]}; run as root, or install them" >&2
+		exit 1
+	fi
+	# Do not let the server package create and start its own cluster.
+	mkdir -p /etc/postgresql-common
+	if ! grep -qs '^create_main_cluster' /etc/postgresql-common/createcluster.conf; then
+		echo 'create_main_cluster = false' >>/etc/postgresql-common/createcluster.conf
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Build and install the extension into the server's directories.
+tb_build_install() {
+	say "building and installing tokenbucket"
+	make -C "$TOP" -s PG_CONFIG="$PG_CONFIG" all install
+}
+
+# Start a throwaway server on loopback: a fresh data directory in a
+# temporary folder, owned by an unprivileged user when we are root (initdb
+# refuses root), trust authentication, a free port.  Exports PGHOST,
+# PGPORT, PGUSER, PGDATABASE for psql, pg_regress, pg_prove and pgbench.
+tb_start_server() {
+	TB_TMP=$(mktemp -d /tmp/tokenbucket.XXXXXX)
+	chmod 755 "$TB_TMP"
+	TB_RUNAS=()
+	if [ "$(id -u)" -eq 0 ]; then
+		chown postgres: "$TB_TMP"
+		TB_RUNAS=(runuser -u postgres --)
+	fi
+	trap tb_cleanup EXIT
+	"${TB_RUNAS[@]}" "$PGBIN/initdb" -D "$TB_TMP/data" -U postgres -A trust \
+		--no-sync -E UTF8 --locale=C >"$TB_TMP/initdb.log"
+	PGPORT=$( (/usr/bin/python3 - <<'PY'
+import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])
+PY
+) 2>/dev/null || echo $((20000 + RANDOM % 20000)))
+	cat >>"$TB_TMP/data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $PGPORT
+unix_socket_directories = '$TB_TMP'
+max_connections = 120
+max_prepared_transactions = 10
+fsync = off
+log_min_messages = warning
+${TB_SERVER_CONF:-}
+CONF
+	"${TB_RUNAS[@]}" "$PGBIN/pg_ctl" -D "$TB_TMP/data" -l "$TB_TMP/server.log" -w -s start
+	export PGHOST=$TB_TMP PGPORT PGUSER=postgres PGDATABASE=postgres
+	export PATH=$PGBIN:$PATH
+}
+
+# Stop the server and remove everything tb_start_server made.
+tb_cleanup() {
+	local rc=$?
+	if [ -n "${TB_TMP:-}" ] && [ -d "$TB_TMP" ]; then
+		"${TB_RUNAS[@]}" "$PGBIN/pg_ctl" -D "$TB_TMP/data" -m immediate -s stop \
+			>/dev/null 2>&1 || true
+		rm -rf "$TB_TMP"
+	fi
+	exit $rc
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# scripts/demo.sh: `make demo`.  On a fresh Debian 12 machine, as root:
+# installs what it needs, builds and installs tokenbucket, starts a
+# throwaway PostgreSQL, and lets 16 workers hammer one bucket of 2 tokens
+# a second (capacity 10) for 10 seconds, printing a row per second: calls
+# made, calls granted.  The burst, then the steady rate.  Then it removes
+# everything it started.
+
+source "$(dirname "$0")/common.sh"
+
+: "${DEMO_SECONDS:=10}"
+: "${DEMO_WORKERS:=16}"
+
+tb_install_packages
+tb_build_install
+say "starting a throwaway PostgreSQL $PGVERSION"
+tb_start_server
+
+psql -q -X -v ON_ERROR_STOP=1 <<'SQL'
+CREATE EXTENSION tokenbucket;
+SELECT tb_create('demo', capacity => 10, refill => 2, per => '1 second') \g /dev/null
+CREATE UNLOGGED TABLE demo_calls (at timestamptz NOT NULL, granted boolean NOT NULL);
+SQL
+
+WORKLOAD=$TB_TMP/worker.sql
+echo "INSERT INTO demo_calls SELECT clock_timestamp(), tb_acquire('demo');" >"$WORKLOAD"
+
+say "$DEMO_WORKERS workers call SELECT tb_acquire('demo') as fast as they can" \
+	"(bucket: capacity 10, 2 tokens/s)"
+START=$(psql -X -A -t -c "SELECT clock_timestamp()")
+pgbench -n -c "$DEMO_WORKERS" -j 2 -T "$DEMO_SECONDS" -f "$WORKLOAD" >"$TB_TMP/pgbench.log" 2>&1 &
+BENCH=$!
+
+printf '\n%8s %12s %12s\n' second calls granted
+for ((s = 0; s < DEMO_SECONDS; s++)); do
+	# wait until second s has passed on the server's clock, then report it
+	psql -X -q -o /dev/null -c "SELECT pg_sleep_until('$START'::timestamptz + ($s + 1) * interval '1 second')"
+	psql -X -A -t -F ' ' -c "
+		SELECT to_char($s + 1, '9999999'), to_char(count(*), '99999999999'),
+		       to_char(count(*) FILTER (WHERE granted), '99999999999')
+		FROM demo_calls
+		WHERE at >= '$START'::timestamptz + $s * interval '1 second'
+		  AND at <  '$START'::timestamptz + ($s + 1) * interval '1 second'"
+done
+wait $BENCH || { cat "$TB_TMP/pgbench.log"; exit 1; }
+
+psql -X -A -t -c "
+	SELECT format(E'\n%s calls, %s granted in %s s: at most 10 + 2 x %s = %s allowed.',
+	              count(*), count(*) FILTER (WHERE granted),
+	              round(extract(epoch FROM max(at) - '$START')::numeric, 2),
+	              round(extract(epoch FROM max(at) - '$START')::numeric, 2),
+	              floor(10 + 2 * extract(epoch FROM max(at) - '$START')))
+	FROM demo_calls"
+say "stopping the server and removing its files"
