@@ -127,6 +127,19 @@ SELECT tb_take(3, 1, 0, '2026-01-01', 2, '2026-01-01') AS deficit_after_two,
        tb_tokens(3, 1, 3, '2026-01-01', '2026-01-01 00:00:01.5') AS tokens,
        tb_full_at(3, 1, 3, '2026-01-01') AS full_at;
 
+-- pg_dump keeps the buckets: the table is the extension's configuration
+SELECT extconfig::regclass[], extcondition FROM pg_extension WHERE extname = 'tokenbucket';
+
+-- DROP EXTENSION removes everything it made
 DROP EXTENSION tokenbucket;
 SELECT count(*) FROM pg_proc WHERE proname LIKE 'tb\_%';
 SELECT to_regclass('tb_buckets'), to_regclass('tb_status');
+
+-- created again in another schema within the same session, the functions
+-- find their new table (the kept plans follow the schema)
+CREATE SCHEMA limits;
+CREATE EXTENSION tokenbucket SCHEMA limits;
+SELECT limits.tb_create('moved', 1, 1, '1 hour');
+SELECT limits.tb_acquire('moved'), limits.tb_acquire('moved');
+SELECT name, deficit FROM limits.tb_buckets;
+DROP SCHEMA limits CASCADE;
