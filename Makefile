@@ -2,17 +2,20 @@
 
 EXTENSION = tokenbucket
 MODULE_big = tokenbucket
-OBJS = src/tokenbucket.o src/bucket.o
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
+OBJS = src/tokenbucket.o src/bucket.o src/store.o src/wait.o
 DATA = $(wildcard sql/$(EXTENSION)--*.sql)
 
 # pg_regress: inputs in sql/, outputs in expected/
-REGRESS = api errors clock security
+REGRESS = api errors clock security settle all templates upgrade
 # isolation specs live in test/isolation/{specs,expected}
-ISOLATION = race_last_token wait_uncommitted rollback_returns
+ISOLATION = race_last_token wait_uncommitted rollback_returns all_or_nothing \
+	acquire_all_deadlock template_first_use concurrent_purge
 ISOLATION_OPTS = --inputdir=test/isolation
 
 # warnings are errors; silence only what PostgreSQL's own headers trigger
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter
+PG_CPPFLAGS += -DTOKENBUCKET_VERSION='"$(EXTVERSION)"'
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)

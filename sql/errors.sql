@@ -69,6 +69,24 @@ SELECT call, (pg_temp.catch(call)).* FROM (VALUES
 	($$SELECT tb_alter('e', per => '1 minute')$$)
 ) AS c(call);
 
+-- 22023 in the 1.1 functions: arrays, timeouts, tokens, idle times
+SELECT call, (pg_temp.catch(call)).* FROM (VALUES
+	($$SELECT tb_acquire_all('{}')$$),
+	($$SELECT tb_acquire_all('{e,NULL}')$$),
+	($$SELECT tb_try_all('{e}', '{1,2}')$$),
+	($$SELECT tb_acquire_all_wait('{e,e}', '{1,1}', '1 s')$$),
+	($$SELECT tb_acquire_all('{e}', '{NULL}')$$),
+	($$SELECT tb_acquire_all('{e}', '{-2}')$$),
+	($$SELECT tb_acquire_all('{e}', '{3}')$$),
+	($$SELECT tb_acquire_wait('e', 1, '-1 s')$$),
+	($$SELECT tb_acquire_wait('e', 3)$$),
+	($$SELECT tb_refund('e', -1)$$),
+	($$SELECT tb_settle('e', 1, 'NaN')$$),
+	($$SELECT tb_sync('e', -5)$$),
+	($$SELECT tb_purge('-1 minute')$$),
+	($$SELECT tb_pause('nope', interval '1 s')$$)
+) AS c(call);
+
 -- 23505: tb_create of an existing name
 SELECT call, (pg_temp.catch(call)).* FROM (VALUES
 	($$SELECT tb_create('e', 5, 5)$$)

@@ -50,14 +50,16 @@ bucket_tokens_at(const Bucket *bucket, TimestampTz at)
 }
 
 /*
- * Whether the bucket holds "cost" tokens at "at".  This comparison is the
- * grant decision; bucket_take() and bucket_ready_at() both use it, so a
- * client told to come back at a moment is granted at that moment.
+ * Whether the bucket grants "cost" tokens at "at": it is not paused and
+ * holds them.  This is the grant decision; bucket_take() and
+ * bucket_ready_at() both use it, so a client told to come back at a moment
+ * is granted at that moment.
  */
 bool
 bucket_holds(const Bucket *bucket, double cost, TimestampTz at)
 {
-	return bucket_deficit_at(bucket, at) + cost <= bucket->capacity;
+	return at >= bucket->paused_until &&
+		bucket_deficit_at(bucket, at) + cost <= bucket->capacity;
 }
 
 /*
@@ -85,12 +87,14 @@ bucket_take(Bucket *bucket, double cost, TimestampTz at)
 TimestampTz
 bucket_ready_at(const Bucket *bucket, double cost, TimestampTz at)
 {
-	TimestampTz start = Max(at, bucket->updated_at);
+	TimestampTz start = Max(Max(at, bucket->updated_at), bucket->paused_until);
 	double		wait;
 	TimestampTz ready;
 
 	if (bucket_holds(bucket, cost, at))
 		return at;
+	if (start == DT_NOEND)
+		return DT_NOEND;
 
 	wait = ceil((bucket->deficit + cost - bucket->capacity) /
 				bucket->refill_rate * USECS_PER_SEC);
@@ -114,12 +118,15 @@ bucket_ready_at(const Bucket *bucket, double cost, TimestampTz at)
 
 /*
  * When the bucket is (or was) full: the first moment a request for its
- * whole capacity would be granted.
+ * whole capacity would be granted, were it not paused.
  */
 TimestampTz
 bucket_full_at(const Bucket *bucket)
 {
-	return bucket_ready_at(bucket, bucket->capacity, bucket->updated_at);
+	Bucket		unpaused = *bucket;
+
+	unpaused.paused_until = DT_NOBEGIN;
+	return bucket_ready_at(&unpaused, bucket->capacity, bucket->updated_at);
 }
 
 /*
@@ -138,7 +145,27 @@ bucket_reconfigure(Bucket *bucket, double capacity, double refill_rate,
 	bucket->refill_rate = refill_rate;
 }
 
-/* Build a Bucket from the first four arguments of a SQL-callable helper. */
+/*
+ * Add "tokens" at "at" (take them when negative), capped at capacity but
+ * not floored: taking more than the bucket holds leaves it in debt.
+ */
+void
+bucket_adjust(Bucket *bucket, double tokens, TimestampTz at)
+{
+	bucket->deficit = fmax(0.0, bucket_deficit_at(bucket, at) - tokens);
+	bucket->updated_at = Max(bucket->updated_at, at);
+}
+
+/* Lower what the bucket holds at "at" to "tokens"; never raise it. */
+void
+bucket_lower_to(Bucket *bucket, double tokens, TimestampTz at)
+{
+	bucket->deficit = fmax(bucket_deficit_at(bucket, at),
+						   bucket->capacity - tokens);
+	bucket->updated_at = Max(bucket->updated_at, at);
+}
+
+/* Build a Bucket (not paused) from the first four arguments of a helper. */
 static Bucket
 bucket_from_args(FunctionCallInfo fcinfo)
 {
@@ -148,22 +175,28 @@ bucket_from_args(FunctionCallInfo fcinfo)
 	bucket.refill_rate = PG_GETARG_FLOAT8(1);
 	bucket.deficit = PG_GETARG_FLOAT8(2);
 	bucket.updated_at = PG_GETARG_TIMESTAMPTZ(3);
+	bucket.paused_until = DT_NOBEGIN;
 	return bucket;
 }
 
 PG_FUNCTION_INFO_V1(tb_take);
 
 /*
- * tb_take(capacity, refill_rate, deficit, updated_at, cost, at): the deficit
- * after taking "cost" tokens at "at", or NULL when the bucket does not hold
- * them.  The acquire UPDATE uses it both to filter and to set the row.
+ * tb_take(capacity, refill_rate, deficit, updated_at, [paused_until,] cost,
+ * at): the deficit after taking "cost" tokens at "at", or NULL when the
+ * bucket does not grant them.  The acquire UPDATE uses it both to filter
+ * and to set the row.  Version 1.0 declared it without paused_until.
  */
 Datum
 tb_take(PG_FUNCTION_ARGS)
 {
 	Bucket		bucket = bucket_from_args(fcinfo);
+	int			cost_arg = PG_NARGS() == 7 ? 5 : 4;
 
-	if (!bucket_take(&bucket, PG_GETARG_FLOAT8(4), PG_GETARG_TIMESTAMPTZ(5)))
+	if (PG_NARGS() == 7)
+		bucket.paused_until = PG_GETARG_TIMESTAMPTZ(4);
+	if (!bucket_take(&bucket, PG_GETARG_FLOAT8(cost_arg),
+					 PG_GETARG_TIMESTAMPTZ(cost_arg + 1)))
 		PG_RETURN_NULL();
 	PG_RETURN_FLOAT8(bucket.deficit);
 }

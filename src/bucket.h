@@ -8,6 +8,8 @@
  * per second, so a full bucket is simply deficit = 0, whatever updated_at
  * says.  That makes the column defaults describe a full bucket, keeps
  * fractional tokens exact, and means a denied request never has to write.
+ * A deficit above capacity is debt: the bucket holds fewer than no tokens
+ * until refill has paid it back.
  *
  * src/bucket.h
  *
@@ -27,6 +29,7 @@ typedef struct Bucket
 	double		refill_rate;	/* tokens added per second */
 	double		deficit;		/* tokens short of full at updated_at */
 	TimestampTz updated_at;		/* when deficit was last written */
+	TimestampTz paused_until;	/* no grants before this (DT_NOBEGIN: none) */
 } Bucket;
 
 extern double bucket_deficit_at(const Bucket *bucket, TimestampTz at);
@@ -38,5 +41,7 @@ extern TimestampTz bucket_ready_at(const Bucket *bucket, double cost,
 extern TimestampTz bucket_full_at(const Bucket *bucket);
 extern void bucket_reconfigure(Bucket *bucket, double capacity,
 							   double refill_rate, TimestampTz at);
+extern void bucket_adjust(Bucket *bucket, double tokens, TimestampTz at);
+extern void bucket_lower_to(Bucket *bucket, double tokens, TimestampTz at);
 
 #endif							/* TOKENBUCKET_BUCKET_H */

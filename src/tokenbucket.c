@@ -1,24 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * tokenbucket.c
- *	  SQL entry points: acquire, try, and the DBA's create/alter/reset/drop.
+ *	  SQL entry points: checking arguments, and reporting decisions.
  *
- * Each entry point reads the clock once, runs one or two statements through
- * SPI on plans prepared once per backend and kept, and leaves the
- * arithmetic to bucket.c.  The acquire path is a single
- *
- *		UPDATE tb_buckets SET deficit = tb_take(...) ...
- *		 WHERE name = $1 AND tb_take(...) IS NOT NULL RETURNING ...
- *
- * so the grant decision is made on the row version the UPDATE locks (READ
- * COMMITTED re-checks it on the newest version after waiting), a grant is
- * one new row version, and a denial matches no row and writes nothing.
- * Only a denial reads the row a second time, to tell "empty" from "no such
- * bucket" and to report when to retry.
- *
- * The functions are SECURITY DEFINER with search_path = pg_catalog,
- * pg_temp, and every name in the queries below is schema-qualified, so a
- * caller's own objects are never resolved with the owner's rights.
+ * Each entry point reads the clock once, hands the table work to store.c
+ * (and the waiting to wait.c), and leaves the arithmetic to bucket.c.  The
+ * functions are SECURITY DEFINER with search_path = pg_catalog, pg_temp in
+ * the install script, and store.c qualifies every name it uses.
  *
  * src/tokenbucket.c
  *
@@ -29,194 +17,21 @@
 #include <float.h>
 #include <math.h>
 
-#include "bucket.h"
-#include "catalog/pg_type.h"
-#include "executor/spi.h"
-#include "fmgr.h"
-#include "funcapi.h"
 #include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "tokenbucket.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 PG_MODULE_MAGIC;
 
 /* Longest name: well inside what a btree index entry may hold. */
 #define BUCKET_NAME_MAX_BYTES 1024
-
-/* The statements the entry points run; %1$s is the extension's schema. */
-typedef enum PlanId
-{
-	PLAN_TAKE,
-	PLAN_READ,
-	PLAN_LOCK,
-	PLAN_STORE,
-	PLAN_RESET,
-	PLAN_INSERT,
-	PLAN_DELETE,
-	NUM_PLANS
-} PlanId;
-
-#define BUCKET_COLUMNS "capacity, refill_rate, deficit, updated_at"
-
-typedef struct PlanDef
-{
-	const char *sql;
-	int			nargs;
-	Oid			argtypes[5];
-} PlanDef;
-
-static const PlanDef plan_defs[NUM_PLANS] = {
-	[PLAN_TAKE] = {
-		"UPDATE %1$s.tb_buckets AS b"
-		" SET deficit = %1$s.tb_take(b.capacity, b.refill_rate, b.deficit, b.updated_at, $2, $3),"
-		" updated_at = GREATEST(b.updated_at, $3)"
-		" WHERE b.name OPERATOR(pg_catalog.=) $1"
-		" AND %1$s.tb_take(b.capacity, b.refill_rate, b.deficit, b.updated_at, $2, $3) IS NOT NULL"
-		" RETURNING b.capacity, b.refill_rate, b.deficit, b.updated_at",
-		3, {TEXTOID, FLOAT8OID, TIMESTAMPTZOID}
-	},
-	[PLAN_READ] = {
-		"SELECT " BUCKET_COLUMNS " FROM %1$s.tb_buckets"
-		" WHERE name OPERATOR(pg_catalog.=) $1",
-		1, {TEXTOID}
-	},
-	[PLAN_LOCK] = {
-		"SELECT " BUCKET_COLUMNS " FROM %1$s.tb_buckets"
-		" WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE",
-		1, {TEXTOID}
-	},
-	[PLAN_STORE] = {
-		"UPDATE %1$s.tb_buckets"
-		" SET capacity = $2, refill_rate = $3, deficit = $4, updated_at = $5"
-		" WHERE name OPERATOR(pg_catalog.=) $1",
-		5, {TEXTOID, FLOAT8OID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID}
-	},
-	[PLAN_RESET] = {
-		"UPDATE %1$s.tb_buckets"
-		" SET deficit = 0, updated_at = GREATEST(updated_at, $2)"
-		" WHERE name OPERATOR(pg_catalog.=) $1",
-		2, {TEXTOID, TIMESTAMPTZOID}
-	},
-	[PLAN_INSERT] = {
-		"INSERT INTO %1$s.tb_buckets (name, " BUCKET_COLUMNS ")"
-		" VALUES ($1, $2, $3, 0, $4) ON CONFLICT (name) DO NOTHING",
-		4, {TEXTOID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID}
-	},
-	[PLAN_DELETE] = {
-		"DELETE FROM %1$s.tb_buckets WHERE name OPERATOR(pg_catalog.=) $1",
-		1, {TEXTOID}
-	},
-};
-
-/* Kept plans, and the schema they were prepared for. */
-static SPIPlanPtr plans[NUM_PLANS];
-static Oid	plans_schema = InvalidOid;
-
-/* The outcome of one acquire, for tb_acquire and tb_try to report. */
-typedef struct Decision
-{
-	bool		granted;
-	Bucket		bucket;			/* state after the decision */
-	TimestampTz now;			/* the moment it was made */
-} Decision;
-
-/*
- * The kept plan for "id", prepared on first use.  The schema is that of the
- * calling function, so that a DROP EXTENSION and CREATE EXTENSION in
- * another schema within one backend gets fresh plans.  Call inside SPI.
- */
-static SPIPlanPtr
-get_plan(PlanId id, FunctionCallInfo fcinfo)
-{
-	Oid			schema = get_func_namespace(fcinfo->flinfo->fn_oid);
-
-	if (schema != plans_schema)
-	{
-		for (int i = 0; i < NUM_PLANS; i++)
-		{
-			if (plans[i] != NULL)
-				SPI_freeplan(plans[i]);
-			plans[i] = NULL;
-		}
-		plans_schema = schema;
-	}
-
-	if (plans[id] == NULL)
-	{
-		const PlanDef *def = &plan_defs[id];
-		char	   *nspname = get_namespace_name(schema);
-		char	   *sql;
-		SPIPlanPtr	plan;
-
-		if (nspname == NULL)
-			elog(ERROR, "cache lookup failed for namespace %u", schema);
-		sql = psprintf(def->sql, quote_identifier(nspname));
-		plan = SPI_prepare(sql, def->nargs, (Oid *) def->argtypes);
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-				 sql, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		plans[id] = plan;
-	}
-	return plans[id];
-}
-
-/* Connect to SPI, or fail loudly. */
-static void
-connect_spi(void)
-{
-	int			rc = SPI_connect();
-
-	if (rc != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(rc));
-}
-
-/* Disconnect from SPI, or fail loudly. */
-static void
-finish_spi(void)
-{
-	int			rc = SPI_finish();
-
-	if (rc != SPI_OK_FINISH)
-		elog(ERROR, "SPI_finish failed: %s", SPI_result_code_string(rc));
-}
-
-/* Run a kept plan with the given arguments, none NULL; returns rows processed. */
-static uint64
-run_plan(PlanId id, FunctionCallInfo fcinfo, Datum *args)
-{
-	int			rc = SPI_execute_plan(get_plan(id, fcinfo), args, NULL, false, 0);
-
-	if (rc < 0)
-		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-	return SPI_processed;
-}
-
-/* Copy the bucket state out of the first row SPI returned. */
-static void
-read_bucket(Bucket *bucket)
-{
-	HeapTuple	tuple = SPI_tuptable->vals[0];
-	TupleDesc	desc = SPI_tuptable->tupdesc;
-	bool		isnull;
-
-	bucket->capacity = DatumGetFloat8(SPI_getbinval(tuple, desc, 1, &isnull));
-	bucket->refill_rate = DatumGetFloat8(SPI_getbinval(tuple, desc, 2, &isnull));
-	bucket->deficit = DatumGetFloat8(SPI_getbinval(tuple, desc, 3, &isnull));
-	bucket->updated_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 4, &isnull));
-}
-
-/* The error for a bucket that does not exist. */
-static void
-report_missing(text *name)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_UNDEFINED_OBJECT),
-			 errmsg("token bucket \"%s\" does not exist", text_to_cstring(name)),
-			 errhint("Create it first with tb_create(name, capacity, refill).")));
-}
 
 /* Reject a number that is NaN, infinite, or (when positive) not above zero. */
 static void
@@ -229,25 +44,33 @@ check_number(const char *what, double value, bool positive)
 						what, positive ? "above zero" : "of zero or more", value)));
 }
 
-/*
- * Tokens per second from "refill" tokens every "per".  Months count as 30
- * days, as in EXTRACT(EPOCH FROM interval).
- */
+/* Microseconds in an interval, months as 30 days; false if not finite. */
+static bool
+interval_usecs(Interval *span, double *usecs)
+{
+#ifdef INTERVAL_NOT_FINITE
+	if (INTERVAL_NOT_FINITE(span))
+		return false;
+#endif
+	*usecs = (double) span->time +
+		((double) span->month * DAYS_PER_MONTH + span->day) * USECS_PER_DAY;
+	return true;
+}
+
+/* Tokens per second from "refill" tokens every "per". */
 static double
 refill_rate_from(double refill, Interval *per)
 {
+	double		usecs;
 	double		seconds;
 	double		rate;
 
 	check_number("refill", refill, true);
-#ifdef INTERVAL_NOT_FINITE
-	if (INTERVAL_NOT_FINITE(per))
+	if (!interval_usecs(per, &usecs))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("per must be a finite interval")));
-#endif
-	seconds = (double) per->time / USECS_PER_SEC +
-		((double) per->month * DAYS_PER_MONTH + per->day) * SECS_PER_DAY;
+	seconds = usecs / USECS_PER_SEC;
 	if (seconds <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -266,6 +89,38 @@ refill_rate_from(double refill, Interval *per)
 	return rate;
 }
 
+/* "now" plus "usecs", saturating at the ends of timestamptz. */
+static TimestampTz
+timestamp_after(TimestampTz now, double usecs)
+{
+	double		sum = (double) now + usecs;
+
+	if (sum >= (double) DT_NOEND)
+		return DT_NOEND;
+	if (sum <= (double) DT_NOBEGIN)
+		return DT_NOBEGIN;
+	return now + (int64) usecs;
+}
+
+/*
+ * The latest moment a wait may last until: NULL is no limit but
+ * statement_timeout; a negative or infinite timeout is an error.
+ */
+TimestampTz
+deadline_after(Interval *timeout, TimestampTz now)
+{
+	double		usecs;
+
+	if (timeout == NULL)
+		return DT_NOEND;
+	if (!interval_usecs(timeout, &usecs) || usecs < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must be a finite interval of zero or more"),
+				 errhint("Pass NULL to wait without a limit but statement_timeout.")));
+	return timestamp_after(now, usecs);
+}
+
 /* Microseconds from "from" to "to" (zero when "to" is earlier) as an interval. */
 static Interval *
 interval_between(TimestampTz from, TimestampTz to)
@@ -276,37 +131,120 @@ interval_between(TimestampTz from, TimestampTz to)
 	return result;
 }
 
-/*
- * Take "cost" tokens from bucket "name" if it holds them, and describe the
- * outcome.  A grant is one UPDATE; a denial is an UPDATE that matched
- * nothing and a plain read of the row.
- */
-static void
-acquire(FunctionCallInfo fcinfo, text *name, double cost, Decision *decision)
+/* Order requests by name, bytewise: one fixed order for every session. */
+static int
+request_name_cmp(const void *a, const void *b)
 {
-	Datum		args[3];
+	text	   *x = ((const Request *) a)->name;
+	text	   *y = ((const Request *) b)->name;
+	int			xlen = VARSIZE_ANY_EXHDR(x);
+	int			ylen = VARSIZE_ANY_EXHDR(y);
+	int			cmp = memcmp(VARDATA_ANY(x), VARDATA_ANY(y), Min(xlen, ylen));
 
-	check_number("cost", cost, false);
-	decision->now = GetCurrentTimestamp();
-	args[0] = PointerGetDatum(name);
-	args[1] = Float8GetDatum(cost);
-	args[2] = TimestampTzGetDatum(decision->now);
+	return cmp != 0 ? cmp : (xlen > ylen) - (xlen < ylen);
+}
 
-	connect_spi();
-	decision->granted = run_plan(PLAN_TAKE, fcinfo, args) == 1;
-	if (!decision->granted && run_plan(PLAN_READ, fcinfo, args) == 0)
-		report_missing(name);
-	read_bucket(&decision->bucket);
-	finish_spi();
+/*
+ * Requests from a names array and an optional costs array (NULL: 1 each),
+ * sorted by name; each remembers its position in the arrays.
+ */
+static Request *
+requests_from_arrays(ArrayType *names, ArrayType *costs, int *nrequests)
+{
+	Datum	   *name_datums;
+	bool	   *name_nulls;
+	Datum	   *cost_datums = NULL;
+	bool	   *cost_nulls = NULL;
+	int			n;
+	int			ncosts;
+	Request    *requests;
 
-	if (!decision->granted && cost > decision->bucket.capacity)
+	deconstruct_array(names, TEXTOID, -1, false, TYPALIGN_INT,
+					  &name_datums, &name_nulls, &n);
+	if (n == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("cost %g exceeds the capacity of token bucket \"%s\"",
-						cost, text_to_cstring(name)),
-				 errdetail("The bucket holds at most %g tokens, so this request could never be granted.",
-						   decision->bucket.capacity),
-				 errhint("Raise the capacity with tb_alter(), or split the request.")));
+				 errmsg("names must not be empty")));
+	if (costs != NULL)
+	{
+		deconstruct_array(costs, FLOAT8OID, sizeof(float8), FLOAT8PASSBYVAL,
+						  TYPALIGN_DOUBLE, &cost_datums, &cost_nulls, &ncosts);
+		if (ncosts != n)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("names and costs must have the same length, not %d and %d",
+							n, ncosts)));
+	}
+
+	requests = palloc(sizeof(Request) * n);
+	for (int i = 0; i < n; i++)
+	{
+		if (name_nulls[i] || (cost_nulls != NULL && cost_nulls[i]))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("names and costs must not contain NULL")));
+		requests[i].name = DatumGetTextPP(name_datums[i]);
+		requests[i].cost = cost_datums ? DatumGetFloat8(cost_datums[i]) : 1.0;
+		requests[i].position = i;
+		check_number("cost", requests[i].cost, false);
+	}
+
+	qsort(requests, n, sizeof(Request), request_name_cmp);
+	for (int i = 1; i < n; i++)
+		if (request_name_cmp(&requests[i - 1], &requests[i]) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("token bucket \"%s\" is named twice",
+							text_to_cstring(requests[i].name)),
+					 errhint("Name each bucket once, with the sum of its costs.")));
+	*nrequests = n;
+	return requests;
+}
+
+/* Requests from the names and costs arguments of an *_all function. */
+static Request *
+requests_from_args(FunctionCallInfo fcinfo, int *nrequests)
+{
+	return requests_from_arrays(PG_GETARG_ARRAYTYPE_P(0),
+								PG_ARGISNULL(1) ? NULL : PG_GETARG_ARRAYTYPE_P(1),
+								nrequests);
+}
+
+/* A single request from (name, cost) arguments. */
+static Request
+request_from(text *name, double cost)
+{
+	Request		request = {.name = name, .cost = cost};
+
+	check_number("cost", cost, false);
+	return request;
+}
+
+/* Take a request now: the decision, without waiting. */
+static bool
+take_now(FunctionCallInfo fcinfo, Request *requests, int nrequests,
+		 TimestampTz now)
+{
+	bool		granted;
+
+	store_connect();
+	granted = store_take_all(fcinfo, requests, nrequests, now);
+	store_finish();
+	return granted;
+}
+
+/* Fill a (granted, remaining, retry_after, reset_after) row for a request. */
+static void
+report_values(const Request *request, bool granted, TimestampTz now,
+			  Datum *values)
+{
+	const Bucket *bucket = &request->bucket;
+
+	values[0] = BoolGetDatum(granted);
+	values[1] = Float8GetDatum(bucket_tokens_at(bucket, now));
+	values[2] = IntervalPGetDatum(interval_between(now, granted ? now :
+												   bucket_ready_at(bucket, request->cost, now)));
+	values[3] = IntervalPGetDatum(interval_between(now, bucket_full_at(bucket)));
 }
 
 PG_FUNCTION_INFO_V1(tb_acquire);
@@ -315,11 +253,10 @@ PG_FUNCTION_INFO_V1(tb_acquire);
 Datum
 tb_acquire(PG_FUNCTION_ARGS)
 {
-	Decision	decision;
-	double		cost = PG_NARGS() > 1 ? PG_GETARG_FLOAT8(1) : 1.0;
+	Request		request = request_from(PG_GETARG_TEXT_PP(0),
+									   PG_NARGS() > 1 ? PG_GETARG_FLOAT8(1) : 1.0);
 
-	acquire(fcinfo, PG_GETARG_TEXT_PP(0), cost, &decision);
-	PG_RETURN_BOOL(decision.granted);
+	PG_RETURN_BOOL(take_now(fcinfo, &request, 1, GetCurrentTimestamp()));
 }
 
 PG_FUNCTION_INFO_V1(tb_try);
@@ -331,27 +268,292 @@ PG_FUNCTION_INFO_V1(tb_try);
 Datum
 tb_try(PG_FUNCTION_ARGS)
 {
-	double		cost = PG_GETARG_FLOAT8(1);
-	Decision	decision;
-	const Bucket *bucket = &decision.bucket;
+	Request		request = request_from(PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1));
+	TimestampTz now = GetCurrentTimestamp();
 	TupleDesc	desc;
 	Datum		values[4];
 	bool		nulls[4] = {false, false, false, false};
+	bool		granted;
 
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 
-	acquire(fcinfo, PG_GETARG_TEXT_PP(0), cost, &decision);
-
-	values[0] = BoolGetDatum(decision.granted);
-	values[1] = Float8GetDatum(bucket_tokens_at(bucket, decision.now));
-	values[2] = IntervalPGetDatum(interval_between(decision.now,
-												   decision.granted ? decision.now :
-												   bucket_ready_at(bucket, cost, decision.now)));
-	values[3] = IntervalPGetDatum(interval_between(decision.now,
-												   bucket_full_at(bucket)));
+	granted = take_now(fcinfo, &request, 1, now);
+	report_values(&request, granted, now, values);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc),
 													  values, nulls)));
+}
+
+PG_FUNCTION_INFO_V1(tb_acquire_wait);
+
+/*
+ * tb_acquire_wait(name, cost, timeout): wait in the server, in arrival
+ * order, until cost tokens can be taken (true) or timeout passes (false).
+ */
+Datum
+tb_acquire_wait(PG_FUNCTION_ARGS)
+{
+	Request		request;
+	TimestampTz deadline;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		PG_RETURN_NULL();
+	request = request_from(PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1));
+	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
+							  GetCurrentTimestamp());
+	PG_RETURN_BOOL(wait_and_take(fcinfo, &request, 1, deadline));
+}
+
+PG_FUNCTION_INFO_V1(tb_acquire_all);
+
+/* tb_acquire_all(names, costs): take from every bucket, or from none. */
+Datum
+tb_acquire_all(PG_FUNCTION_ARGS)
+{
+	Request    *requests;
+	int			n;
+
+	if (PG_ARGISNULL(0))
+		PG_RETURN_NULL();
+	requests = requests_from_args(fcinfo, &n);
+	PG_RETURN_BOOL(take_now(fcinfo, requests, n, GetCurrentTimestamp()));
+}
+
+PG_FUNCTION_INFO_V1(tb_acquire_all_wait);
+
+/* tb_acquire_all_wait(names, costs, timeout): tb_acquire_all, waiting. */
+Datum
+tb_acquire_all_wait(PG_FUNCTION_ARGS)
+{
+	Request    *requests;
+	int			n;
+	TimestampTz deadline;
+
+	if (PG_ARGISNULL(0))
+		PG_RETURN_NULL();
+	requests = requests_from_args(fcinfo, &n);
+	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
+							  GetCurrentTimestamp());
+	PG_RETURN_BOOL(wait_and_take(fcinfo, requests, n, deadline));
+}
+
+/* Order requests back into the caller's order. */
+static int
+request_position_cmp(const void *a, const void *b)
+{
+	return ((const Request *) a)->position - ((const Request *) b)->position;
+}
+
+PG_FUNCTION_INFO_V1(tb_try_all);
+
+/*
+ * tb_try_all(names, costs): tb_acquire_all with a row per bucket, in the
+ * order named: the shared decision, the tokens left, how long until that
+ * bucket holds its cost (the ones holding the request back wait longest),
+ * and until it is full.
+ */
+Datum
+tb_try_all(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TupleDesc	desc;
+	Tuplestorestate *store;
+	MemoryContext oldcontext;
+	Request    *requests = NULL;
+	int			n;
+	bool		granted = false;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		(rsinfo->allowedModes & SFRM_Materialize) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	/* NULL names: no rows */
+	n = 0;
+	if (!PG_ARGISNULL(0))
+	{
+		requests = requests_from_args(fcinfo, &n);
+		granted = take_now(fcinfo, requests, n, now);
+		qsort(requests, n, sizeof(Request), request_position_cmp);
+	}
+
+	oldcontext = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	desc = CreateTupleDescCopy(desc);
+	store = tuplestore_begin_heap(true, false, work_mem);
+	MemoryContextSwitchTo(oldcontext);
+
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[5];
+		bool		nulls[5] = {false, false, false, false, false};
+
+		values[0] = PointerGetDatum(requests[i].name);
+		report_values(&requests[i], granted, now, values + 1);
+		tuplestore_putvalues(store, desc, values, nulls);
+	}
+
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = store;
+	rsinfo->setDesc = desc;
+	return (Datum) 0;
+}
+
+/*
+ * Lock a bucket, let "change" alter its state at "now", write it back, and
+ * return the tokens it holds afterwards.  Every write that is not a grant
+ * goes through here.
+ */
+static double
+update_bucket(FunctionCallInfo fcinfo, text *name,
+			  void (*change) (Bucket *bucket, TimestampTz now, const void *arg),
+			  const void *arg)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	Bucket		bucket;
+
+	store_connect();
+	store_lock(fcinfo, name, &bucket);
+	change(&bucket, now, arg);
+	store_write(fcinfo, name, &bucket);
+	store_finish();
+	return bucket_tokens_at(&bucket, now);
+}
+
+/* update_bucket() changes: give or take tokens, lower the level, pause. */
+static void
+change_adjust(Bucket *bucket, TimestampTz now, const void *tokens)
+{
+	bucket_adjust(bucket, *(const double *) tokens, now);
+}
+
+static void
+change_lower(Bucket *bucket, TimestampTz now, const void *tokens)
+{
+	bucket_lower_to(bucket, *(const double *) tokens, now);
+}
+
+static void
+change_pause(Bucket *bucket, TimestampTz now, const void *until)
+{
+	bucket->paused_until = Max(bucket->paused_until, *(const TimestampTz *) until);
+}
+
+PG_FUNCTION_INFO_V1(tb_refund);
+
+/* tb_refund(name, tokens): give unused tokens back, capped at capacity. */
+Datum
+tb_refund(PG_FUNCTION_ARGS)
+{
+	double		tokens = PG_GETARG_FLOAT8(1);
+
+	check_number("tokens", tokens, false);
+	PG_RETURN_FLOAT8(update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_adjust, &tokens));
+}
+
+PG_FUNCTION_INFO_V1(tb_settle);
+
+/*
+ * tb_settle(name, reserved, used): refund reserved - used, or take
+ * used - reserved more, into debt if need be.  Returns the new level.
+ */
+Datum
+tb_settle(PG_FUNCTION_ARGS)
+{
+	double		reserved = PG_GETARG_FLOAT8(1);
+	double		used = PG_GETARG_FLOAT8(2);
+	double		tokens;
+
+	check_number("reserved", reserved, false);
+	check_number("used", used, false);
+	tokens = reserved - used;
+	PG_RETURN_FLOAT8(update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_adjust, &tokens));
+}
+
+PG_FUNCTION_INFO_V1(tb_sync);
+
+/* tb_sync(name, remaining): lower the level to what the provider reports. */
+Datum
+tb_sync(PG_FUNCTION_ARGS)
+{
+	double		remaining = PG_GETARG_FLOAT8(1);
+
+	check_number("remaining", remaining, false);
+	PG_RETURN_FLOAT8(update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_lower, &remaining));
+}
+
+/*
+ * Pause bucket "name" until "until": no grants before then.  A pause that
+ * has already ended changes nothing (and writes nothing).
+ */
+static void
+pause_until(FunctionCallInfo fcinfo, text *name, TimestampTz until)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (until > now)
+	{
+		(void) update_bucket(fcinfo, name, change_pause, &until);
+		return;
+	}
+	store_connect();
+	store_require(fcinfo, name);
+	store_finish();
+}
+
+PG_FUNCTION_INFO_V1(tb_pause_until);
+
+/* tb_pause(name, until timestamptz) */
+Datum
+tb_pause_until(PG_FUNCTION_ARGS)
+{
+	pause_until(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_TIMESTAMPTZ(1));
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(tb_pause_for);
+
+/* tb_pause(name, duration interval) */
+Datum
+tb_pause_for(PG_FUNCTION_ARGS)
+{
+	double		usecs;
+
+	if (!interval_usecs(PG_GETARG_INTERVAL_P(1), &usecs))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("duration must be a finite interval")));
+	pause_until(fcinfo, PG_GETARG_TEXT_PP(0),
+				timestamp_after(GetCurrentTimestamp(), usecs));
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(tb_purge);
+
+/*
+ * tb_purge(idle): delete template-made buckets that are full and unwritten
+ * for "idle"; a full bucket decides as a new one would, so nothing a later
+ * call sees changes.  Returns how many.
+ */
+Datum
+tb_purge(PG_FUNCTION_ARGS)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	double		usecs;
+	uint64		purged;
+
+	if (!interval_usecs(PG_GETARG_INTERVAL_P(0), &usecs) || usecs < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idle must be a finite interval of zero or more")));
+
+	store_connect();
+	purged = store_purge(fcinfo, timestamp_after(now, -usecs), now);
+	store_finish();
+	PG_RETURN_INT64((int64) purged);
 }
 
 PG_FUNCTION_INFO_V1(tb_create);
@@ -363,7 +565,7 @@ tb_create(PG_FUNCTION_ARGS)
 	text	   *name = PG_GETARG_TEXT_PP(0);
 	double		capacity = PG_GETARG_FLOAT8(1);
 	double		rate;
-	Datum		args[4];
+	bool		created;
 
 	if (VARSIZE_ANY_EXHDR(name) == 0 || VARSIZE_ANY_EXHDR(name) > BUCKET_NAME_MAX_BYTES)
 		ereport(ERROR,
@@ -373,19 +575,33 @@ tb_create(PG_FUNCTION_ARGS)
 	check_number("capacity", capacity, true);
 	rate = refill_rate_from(PG_GETARG_FLOAT8(2), PG_GETARG_INTERVAL_P(3));
 
-	args[0] = PointerGetDatum(name);
-	args[1] = Float8GetDatum(capacity);
-	args[2] = Float8GetDatum(rate);
-	args[3] = TimestampTzGetDatum(GetCurrentTimestamp());
-
-	connect_spi();
-	if (run_plan(PLAN_INSERT, fcinfo, args) == 0)
+	store_connect();
+	created = store_insert(fcinfo, name, capacity, rate, GetCurrentTimestamp());
+	store_finish();
+	if (!created)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNIQUE_VIOLATION),
 				 errmsg("token bucket \"%s\" already exists", text_to_cstring(name)),
 				 errhint("Change its settings with tb_alter(), or remove it with tb_drop().")));
-	finish_spi();
 	PG_RETURN_VOID();
+}
+
+/* New settings for tb_alter(); NaN for "keep". */
+typedef struct Settings
+{
+	double		capacity;
+	double		refill_rate;
+} Settings;
+
+static void
+change_settings(Bucket *bucket, TimestampTz now, const void *arg)
+{
+	const Settings *settings = arg;
+
+	bucket_reconfigure(bucket,
+					   isnan(settings->capacity) ? bucket->capacity : settings->capacity,
+					   isnan(settings->refill_rate) ? bucket->refill_rate : settings->refill_rate,
+					   now);
 }
 
 PG_FUNCTION_INFO_V1(tb_alter);
@@ -399,18 +615,17 @@ Datum
 tb_alter(PG_FUNCTION_ARGS)
 {
 	text	   *name;
-	Bucket		bucket;
-	double		capacity;
-	double		rate = 0;
-	TimestampTz now;
-	Datum		args[5];
+	Settings	settings = {NAN, NAN};
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_NULL();
 	name = PG_GETARG_TEXT_PP(0);
 
 	if (!PG_ARGISNULL(1))
-		check_number("capacity", PG_GETARG_FLOAT8(1), true);
+	{
+		settings.capacity = PG_GETARG_FLOAT8(1);
+		check_number("capacity", settings.capacity, true);
+	}
 	if (!PG_ARGISNULL(3) && PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -421,56 +636,31 @@ tb_alter(PG_FUNCTION_ARGS)
 	{
 		Interval	one_second = {.time = USECS_PER_SEC};
 
-		rate = refill_rate_from(PG_GETARG_FLOAT8(2),
-								PG_ARGISNULL(3) ? &one_second : PG_GETARG_INTERVAL_P(3));
+		settings.refill_rate = refill_rate_from(PG_GETARG_FLOAT8(2),
+												PG_ARGISNULL(3) ? &one_second : PG_GETARG_INTERVAL_P(3));
 	}
 
-	now = GetCurrentTimestamp();
-	args[0] = PointerGetDatum(name);
-
-	connect_spi();
 	if (PG_ARGISNULL(1) && PG_ARGISNULL(2))
 	{
 		/* nothing to change: only say whether the bucket exists */
-		if (run_plan(PLAN_READ, fcinfo, args) == 0)
-			report_missing(name);
-		finish_spi();
-		PG_RETURN_VOID();
+		store_connect();
+		store_require(fcinfo, name);
+		store_finish();
 	}
-	if (run_plan(PLAN_LOCK, fcinfo, args) == 0)
-		report_missing(name);
-	read_bucket(&bucket);
-
-	capacity = PG_ARGISNULL(1) ? bucket.capacity : PG_GETARG_FLOAT8(1);
-	if (PG_ARGISNULL(2))
-		rate = bucket.refill_rate;
-	bucket_reconfigure(&bucket, capacity, rate, now);
-
-	args[1] = Float8GetDatum(bucket.capacity);
-	args[2] = Float8GetDatum(bucket.refill_rate);
-	args[3] = Float8GetDatum(bucket.deficit);
-	args[4] = TimestampTzGetDatum(bucket.updated_at);
-	run_plan(PLAN_STORE, fcinfo, args);
-	finish_spi();
+	else
+		(void) update_bucket(fcinfo, name, change_settings, &settings);
 	PG_RETURN_VOID();
 }
 
 PG_FUNCTION_INFO_V1(tb_reset);
 
-/* tb_reset(name): fill the bucket. */
+/* tb_reset(name): fill the bucket and lift any pause. */
 Datum
 tb_reset(PG_FUNCTION_ARGS)
 {
-	text	   *name = PG_GETARG_TEXT_PP(0);
-	Datum		args[2];
-
-	args[0] = PointerGetDatum(name);
-	args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
-
-	connect_spi();
-	if (run_plan(PLAN_RESET, fcinfo, args) == 0)
-		report_missing(name);
-	finish_spi();
+	store_connect();
+	store_reset(fcinfo, PG_GETARG_TEXT_PP(0), GetCurrentTimestamp());
+	store_finish();
 	PG_RETURN_VOID();
 }
 
@@ -480,13 +670,10 @@ PG_FUNCTION_INFO_V1(tb_drop);
 Datum
 tb_drop(PG_FUNCTION_ARGS)
 {
-	Datum		args[1];
 	bool		dropped;
 
-	args[0] = PointerGetDatum(PG_GETARG_TEXT_PP(0));
-
-	connect_spi();
-	dropped = run_plan(PLAN_DELETE, fcinfo, args) > 0;
-	finish_spi();
+	store_connect();
+	dropped = store_delete(fcinfo, PG_GETARG_TEXT_PP(0));
+	store_finish();
 	PG_RETURN_BOOL(dropped);
 }

@@ -7,6 +7,7 @@
 #   isolation     test/isolation/specs/*.spec (pg_isolation_regress)
 #   pgTAP         test/pgtap/*.sql, run by pg_prove
 #   concurrency   test/concurrency.sh: many sessions at once, never overdrawn
+#   wait          test/wait.sh: waiting on the real clock
 
 source "$(dirname "$0")/../scripts/common.sh"
 
@@ -64,11 +65,13 @@ pg_prove -v -d tb_tap "$TOP"/test/pgtap/*.sql >"$LOG" 2>&1 || rc=$?
 cat "$LOG"
 count_tap "$LOG" $rc
 
-say "concurrency (pgbench)"
-rc=0
-bash "$TOP/test/concurrency.sh" >"$LOG" 2>&1 || rc=$?
-cat "$LOG"
-count_tap "$LOG" $rc
+for script in concurrency wait; do
+	say "$script (test/$script.sh)"
+	rc=0
+	bash "$TOP/test/$script.sh" >"$LOG" 2>&1 || rc=$?
+	cat "$LOG"
+	count_tap "$LOG" $rc
+done
 
 echo
 echo "$passed passed, $failed failed"

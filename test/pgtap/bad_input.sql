@@ -137,6 +137,48 @@ INSERT INTO cases VALUES
 	('UPDATE tb_buckets SET capacity = -capacity', '23514'),
 	('UPDATE tb_buckets SET deficit = NULL', '23502');
 
+-- 1.1: waiting, several buckets, refunds, settlement, sync, pause, purge
+INSERT INTO cases
+SELECT format('SELECT tb_acquire_wait(''b'', %s)', a), '22023'
+FROM unnest(ARRAY['-1', '''NaN''', '''Infinity''', '6', '1e308', '1, ''-1 s''',
+                  '1, ''-1 day''', '0, ''-1 microsecond''']) AS a;
+INSERT INTO cases
+SELECT format('SELECT %s(%s)', f, a), code
+FROM unnest(ARRAY['tb_acquire_all', 'tb_acquire_all_wait', 'tb_try_all']) AS f,
+     (VALUES ('''{}''', '22023'), ('''{b,NULL}''', '22023'), ('''{b,full}'', ''{1}''', '22023'),
+             ('''{b,full}'', ''{1,2,3}''', '22023'), ('''{b,b}''', '22023'),
+             ('''{b,full}'', ''{1,NULL}''', '22023'), ('''{b,full}'', ''{-1,1}''', '22023'),
+             ('''{b,full}'', ''{1,NaN}''', '22023'), ('''{b,full}'', ''{Infinity,1}''', '22023'),
+             ('''{b,full}'', ''{1,2}''', '22023'), ('''{b,nope}''', '42704'),
+             ('''{nope}''', '42704'), ('''{"",b}''', '42704'), (quote_literal(ARRAY['b', repeat('x', 5000)]), '42704'),
+             ('NULL', '00000'), ('NULL, ''{1}''', '00000')) AS c(a, code)
+WHERE NOT (f = 'tb_acquire_all_wait' AND a = 'NULL, ''{1}''');
+INSERT INTO cases
+SELECT format('SELECT tb_acquire_all_wait(''{b,full}'', ''{1,1}'', %L)', t), '22023'
+FROM unnest(ARRAY['-1 s', '-1 day', '-1 microsecond']) AS t;
+INSERT INTO cases
+SELECT format('SELECT %s', call), code FROM (VALUES
+	('tb_refund(''b'', -1)', '22023'), ('tb_refund(''b'', ''NaN'')', '22023'),
+	('tb_refund(''b'', ''Infinity'')', '22023'), ('tb_refund(''nope'', 1)', '42704'),
+	('tb_settle(''b'', -1, 1)', '22023'), ('tb_settle(''b'', 1, -1)', '22023'),
+	('tb_settle(''b'', ''NaN'', 1)', '22023'), ('tb_settle(''b'', 1, ''Infinity'')', '22023'),
+	('tb_settle(''nope'', 1, 1)', '42704'),
+	('tb_sync(''b'', -1)', '22023'), ('tb_sync(''b'', ''NaN'')', '22023'),
+	('tb_sync(''b'', ''-Infinity'')', '22023'), ('tb_sync(''nope'', 1)', '42704'),
+	('tb_pause(''nope'', interval ''1 minute'')', '42704'),
+	('tb_pause(''nope'', now() + interval ''1 minute'')', '42704'),
+	('tb_pause(''nope'', interval ''-1 minute'')', '42704'),
+	('tb_pause(''b'', interval ''-1 minute'')', '00000'),
+	('tb_pause(''b'', ''-infinity''::timestamptz)', '00000'),
+	('tb_pause(NULL, interval ''1 minute'')', '00000'),
+	('tb_pause(''b'', NULL::interval)', '00000'),
+	('tb_purge(''-1 s'')', '22023'), ('tb_purge(''-1 day'')', '22023'),
+	('tb_purge(''1 hour'')', '00000'), ('tb_purge(NULL)', '00000'),
+	('tb_refund(NULL, 1)', '00000'), ('tb_settle(''b'', NULL, 1)', '00000'),
+	('tb_sync(''b'', NULL)', '00000'), ('tb_acquire_wait(NULL)', '00000'),
+	('tb_acquire_wait(''b'', NULL)', '00000')
+) AS v(call, code);
+
 SELECT plan((SELECT count(*)::int FROM cases) + 1);
 SELECT ok((SELECT count(*) >= 200 FROM cases), 'at least 200 bad calls');
 SELECT is(pg_temp.outcome(call), code || ', unchanged', left(call, 120)) FROM cases;

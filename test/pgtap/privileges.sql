@@ -2,12 +2,13 @@
 -- privileges: an application role with EXECUTE only, and what it cannot
 -- make the owner do.  The attacker puts its own schema first in
 -- search_path, with its own tb_take(), "=" operator, clock_timestamp(),
--- isfinite() and a table named tb_buckets, and a temporary tb_buckets too.
+-- isfinite(), starts_with(), left(), octet_length(), LIKE operator, and a
+-- table named tb_buckets, and a temporary tb_buckets too.
 -- Each of its functions raises an error if it ever runs, so a call that
 -- succeeds ran none of them.
 --
 BEGIN;
-SELECT plan(31);
+SELECT plan(43);
 
 CREATE ROLE regress_tb_app;
 CREATE ROLE regress_tb_admin;
@@ -17,7 +18,12 @@ GRANT EXECUTE ON FUNCTION tb_create(text, float8, float8, interval),
 	TO regress_tb_admin;
 GRANT SELECT ON tb_status TO regress_tb_admin;
 
-DO $$ BEGIN PERFORM tb_create('shared', 2, 1, '1 hour'); END $$;
+DO $$ BEGIN
+	PERFORM tb_create('shared', 2, 1, '1 hour');
+	PERFORM tb_create('other', 100, 1, '1 hour');
+	PERFORM tb_create('key:*', 5, 1, '1 hour');
+	PERFORM tb_reset('key:full');
+END $$;
 
 -- run_as(role, sql, path): run sql as role with that search_path, and say
 -- 'ok: <first value>' or the SQLSTATE it raised.  The role and path are
@@ -45,6 +51,14 @@ BEGIN
 END $$;
 CREATE FUNCTION regress_evil.tb_take(float8, float8, float8, timestamptz, float8, timestamptz)
 RETURNS float8 LANGUAGE sql AS 'SELECT 0 WHERE regress_evil.pwned()';
+CREATE FUNCTION regress_evil.tb_take(float8, float8, float8, timestamptz, timestamptz, float8, timestamptz)
+RETURNS float8 LANGUAGE sql AS 'SELECT 0 WHERE regress_evil.pwned()';
+CREATE FUNCTION regress_evil.starts_with(text, text)
+RETURNS boolean LANGUAGE sql AS 'SELECT regress_evil.pwned()';
+CREATE FUNCTION regress_evil.left(text, int)
+RETURNS text LANGUAGE sql AS 'SELECT ''x'' WHERE regress_evil.pwned()';
+CREATE FUNCTION regress_evil.octet_length(text)
+RETURNS int LANGUAGE sql AS 'SELECT 1 WHERE regress_evil.pwned()';
 CREATE FUNCTION regress_evil.tb_tokens(float8, float8, float8, timestamptz, timestamptz)
 RETURNS float8 LANGUAGE sql AS 'SELECT 0 WHERE regress_evil.pwned()';
 CREATE FUNCTION regress_evil.clock_timestamp()
@@ -54,7 +68,8 @@ RETURNS boolean LANGUAGE sql AS 'SELECT regress_evil.pwned()';
 CREATE FUNCTION regress_evil.text_eq(text, text)
 RETURNS boolean LANGUAGE sql AS 'SELECT regress_evil.pwned()';
 CREATE OPERATOR regress_evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = regress_evil.text_eq);
-CREATE TABLE regress_evil.tb_buckets (LIKE public.tb_buckets);
+CREATE OPERATOR regress_evil.~~ (LEFTARG = text, RIGHTARG = text, FUNCTION = regress_evil.text_eq);
+CREATE TABLE regress_evil.tb_buckets (LIKE public.tb_buckets INCLUDING DEFAULTS);
 INSERT INTO regress_evil.tb_buckets (name, capacity, refill_rate, deficit, updated_at)
 VALUES ('shared', 1e9, 1e9, 0, clock_timestamp());
 CREATE TEMP TABLE tb_buckets (LIKE public.tb_buckets);
@@ -78,6 +93,33 @@ SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_acquire('shared')$$,
 	'pg_temp, regress_evil, pg_catalog, public'), 'ok: false', 'a temporary tb_buckets first in the path is not read');
 SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_acquire('nope')$$,
 	'regress_evil, pg_catalog, public'), '42704', 'a bucket only the attacker''s table has does not exist');
+
+-- and so are the 1.1 functions, and per-key buckets made from templates
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_acquire_wait('other', 1, '1 s')$$,
+	'regress_evil, pg_catalog, public'), 'ok: true', 'tb_acquire_wait runs none of the attacker''s code');
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_acquire_all('{other,key:a}', '{1,1}')$$,
+	'regress_evil, pg_catalog, public'), 'ok: true', 'tb_acquire_all, making a key from a template, runs none of it');
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_acquire_all_wait('{other,key:b}', NULL, '1 s')$$,
+	'regress_evil, pg_catalog, public'), 'ok: true', 'tb_acquire_all_wait runs none of the attacker''s code');
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT bool_and(granted)::text FROM tb_try_all('{other,key:c}')$$,
+	'regress_evil, pg_catalog, public'), 'ok: true', 'tb_try_all runs none of the attacker''s code');
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT round(tb_refund('other', 1)::numeric)$$,
+	'regress_evil, pg_catalog, public'), 'ok: 97', 'tb_refund runs none of the attacker''s code');
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_settle('other', 5, 1)$$,
+	'regress_evil, pg_catalog, public'), 'ok: 100', 'tb_settle runs none of the attacker''s code');
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_sync('other', 50)$$,
+	'regress_evil, pg_catalog, public'), 'ok: 50', 'tb_sync runs none of the attacker''s code');
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_pause('key:a', interval '1 minute')$$,
+	'regress_evil, pg_catalog, public'), 'ok: ', 'tb_pause(interval) runs none of the attacker''s code');
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_pause('key:b', now() + interval '1 minute')$$,
+	'regress_evil, pg_catalog, public'), 'ok: ', 'tb_pause(timestamptz) runs none of the attacker''s code');
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_acquire('key:new')$$,
+	'regress_evil, pg_catalog, public'), 'ok: true', 'a key made from a template on first use runs none of it');
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_purge('0')$$,
+	'regress_evil, pg_catalog, public'), '42501', 'tb_purge is revoked from PUBLIC');
+GRANT EXECUTE ON FUNCTION tb_purge(interval) TO regress_tb_admin;
+SELECT is(pg_temp.run_as('regress_tb_admin', $$SELECT tb_purge('0')$$,
+	'regress_evil, pg_catalog, public'), 'ok: 1', 'tb_purge runs none of the attacker''s code (it removes the full key:full)');
 
 -- what the application role cannot do
 SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT count(*) FROM public.tb_buckets$$),
@@ -124,10 +166,10 @@ SELECT is((SELECT deficit FROM pg_temp.tb_buckets), 0::float8,
 -- the function definitions that make this hold
 SELECT is((SELECT count(*)::int FROM pg_proc
 	WHERE pronamespace = 'public'::regnamespace AND proname ~ '^tb_'
-	  AND prosecdef AND proconfig = '{"search_path=pg_catalog, pg_temp"}'), 7,
-	'all seven table-touching functions are SECURITY DEFINER with search_path = pg_catalog, pg_temp');
+	  AND prosecdef AND proconfig = '{"search_path=pg_catalog, pg_temp"}'), 17,
+	'all 17 table-touching functions are SECURITY DEFINER with search_path = pg_catalog, pg_temp');
 SELECT is((SELECT count(*)::int FROM pg_proc
-	WHERE pronamespace = 'public'::regnamespace AND proname ~ '^tb_' AND prosecdef), 7,
+	WHERE pronamespace = 'public'::regnamespace AND proname ~ '^tb_' AND prosecdef), 17,
 	'no other function is SECURITY DEFINER');
 SELECT ok(has_function_privilege('regress_tb_app', 'tb_acquire(text)', 'EXECUTE'),
 	'PUBLIC may call tb_acquire(name)');

@@ -1,0 +1,64 @@
+--
+-- templates: per-key buckets.  A name ending in '*' is a template; the
+-- first call naming a missing bucket that starts with a template's prefix
+-- makes that bucket from it, full.  tb_purge removes the idle ones.
+--
+CREATE EXTENSION tokenbucket;
+SELECT tb_create('user:*', 3, 1, '1 hour');
+SELECT tb_create('user:vip:*', 10, 1, '1 hour');
+SELECT tb_create('*', 1, 1, '1 hour');
+
+-- the longest matching prefix wins; '*' matches any name
+SELECT tb_acquire('user:alice'), tb_acquire('user:vip:bob', 10), tb_acquire('anything');
+SELECT name, capacity, round(tokens::numeric, 2) AS tokens, template, is_template
+FROM tb_status ORDER BY name;
+-- each key has its own bucket
+SELECT tb_acquire('user:alice', 2), tb_acquire('user:alice'), tb_acquire('user:carol', 3);
+
+-- every call that names a bucket makes it: try, refund, settle, sync, pause, reset, alter
+SELECT granted FROM tb_try('user:t1');
+SELECT tb_refund('user:t2', 1), tb_settle('user:t3', 1, 0), tb_sync('user:t4', 5);
+SELECT tb_pause('user:t5', interval '1 minute'), tb_pause('user:t6', interval '-1 minute'),
+       tb_reset('user:t7'), tb_alter('user:t8', 7), tb_alter('user:t9');
+SELECT name, capacity, template FROM tb_buckets WHERE name LIKE 'user:t%' ORDER BY name;
+-- but tb_drop does not, and templates are not made from templates
+SELECT tb_drop('user:t10'), count(*) FROM tb_buckets WHERE name = 'user:t10';
+SELECT tb_drop('*');
+SELECT tb_acquire('user:x*');
+
+-- a name that matches no template is still unknown
+SELECT tb_drop('user:*'), tb_drop('user:vip:*');
+SELECT tb_acquire('user:dave');
+SELECT tb_acquire('admin:1');
+
+-- a bucket made from a template keeps its settings when the template changes
+SELECT tb_create('key:*', 5, 1, '1 hour');
+SELECT tb_acquire('key:1');
+SELECT tb_alter('key:*', 50);
+SELECT tb_acquire('key:2');
+SELECT name, capacity FROM tb_buckets WHERE name LIKE 'key:%' ORDER BY name;
+
+-- tb_purge: template-made buckets that are full and idle go; the rest stay
+SELECT tb_create('p:*', 2, 100);            -- refills in 20 ms
+SELECT tb_create('plain', 2, 100);
+SELECT tb_acquire('p:used'), tb_acquire('p:idle'), tb_acquire('plain');
+SELECT tb_create('p:slow:*', 2, 1, '1 hour');
+SELECT tb_acquire('p:slow:empty', 2);       -- stays empty for two hours
+SELECT tb_pause('p:paused', interval '1 hour');
+SELECT pg_sleep(0.1);
+SELECT tb_acquire('p:used');                -- written just now
+SELECT tb_purge('50 ms');
+SELECT name FROM tb_buckets WHERE name LIKE 'p%' ORDER BY name;
+-- a purged key comes back full on its next use
+SELECT tb_acquire('p:idle', 2);
+-- zero idle time purges every full one; a negative one is an error
+SELECT pg_sleep(0.05);
+SELECT tb_purge('0');
+SELECT tb_purge('-1 s');
+SELECT name FROM tb_buckets WHERE name LIKE 'p%' ORDER BY name;
+-- more than a batch at once
+SELECT count(tb_acquire('p:many:' || i)) FROM generate_series(1, 2500) AS i;
+SELECT pg_sleep(0.05);
+SELECT tb_purge('0');
+
+DROP EXTENSION tokenbucket;

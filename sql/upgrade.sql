@@ -1,0 +1,67 @@
+--
+-- upgrade: 1.0 updated to 1.1 keeps its buckets and gives exactly the
+-- objects of a fresh 1.1 install.
+--
+-- buckets made under 1.0 (plain SQL: this library is 1.1's)
+CREATE EXTENSION tokenbucket VERSION '1.0';
+SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
+INSERT INTO tb_buckets (name, capacity, refill_rate) VALUES ('kept', 5, 1.0 / 3600);
+INSERT INTO tb_buckets (name, capacity, refill_rate, deficit) VALUES ('half', 4, 1.0 / 3600, 2);
+
+ALTER EXTENSION tokenbucket UPDATE TO '1.1';
+SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
+
+-- the buckets are kept, and behave as before, with the new functions too
+SELECT name, capacity, round(tokens::numeric, 2) AS tokens, paused_until, debt, template
+FROM tb_status ORDER BY name;
+SELECT tb_acquire('kept', 5), tb_acquire('half', 2), tb_acquire('half');
+SELECT tb_acquire_all('{kept,half}'), round(tb_refund('kept', 1)::numeric, 2);
+
+-- and the objects are those of a fresh 1.1 install
+-- objects(): every member object of the extension, with its definition,
+-- comment and privileges, in a form two installs can be compared in
+CREATE FUNCTION pg_temp.objects() RETURNS SETOF text LANGUAGE sql AS $$
+	SELECT pg_describe_object(d.classid, d.objid, 0) || ': ' || coalesce(CASE d.classid
+		WHEN 'pg_proc'::regclass THEN pg_get_functiondef(d.objid) || coalesce(
+			(SELECT proacl::text FROM pg_proc WHERE oid = d.objid), '')
+		WHEN 'pg_class'::regclass THEN (
+			SELECT c.relkind::text || coalesce(c.relacl::text, '') || coalesce(pg_get_viewdef(c.oid), '')
+			       || coalesce(pg_get_indexdef(c.oid), '') FROM pg_class c WHERE c.oid = d.objid)
+		END, '') || coalesce(' -- ' || obj_description(d.objid, d.classid::regclass::name), '')
+	FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
+	WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+	  AND e.extname = 'tokenbucket'
+	UNION ALL
+	SELECT 'column ' || attnum || ' ' || attname || ' ' || format_type(atttypid, atttypmod)
+	       || CASE WHEN attnotnull THEN ' not null' ELSE '' END
+	       || coalesce(' default ' || pg_get_expr(ad.adbin, ad.adrelid), '')
+	       || coalesce(' -- ' || col_description(a.attrelid, a.attnum), '')
+	FROM pg_attribute a LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+	WHERE a.attrelid = 'tb_buckets'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+	UNION ALL
+	SELECT 'constraint ' || conname || ' ' || pg_get_constraintdef(oid)
+	FROM pg_constraint WHERE conrelid = 'tb_buckets'::regclass
+	UNION ALL
+	SELECT 'index ' || pg_get_indexdef(indexrelid) FROM pg_index
+	WHERE indrelid = 'tb_buckets'::regclass
+	UNION ALL
+	SELECT 'config ' || extconfig::regclass[]::text || ' ' || extcondition::text
+	FROM pg_extension WHERE extname = 'tokenbucket'
+$$;
+
+CREATE TEMP TABLE upgraded AS SELECT * FROM pg_temp.objects() AS o(object);
+SELECT count(*) > 30 AS many_objects FROM upgraded;
+DROP EXTENSION tokenbucket;
+CREATE EXTENSION tokenbucket;
+SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
+(SELECT 'only after update: ' || object FROM upgraded EXCEPT SELECT 'only after update: ' || o FROM pg_temp.objects() AS o)
+UNION ALL
+(SELECT 'only in fresh install: ' || o FROM pg_temp.objects() AS o EXCEPT SELECT 'only in fresh install: ' || object FROM upgraded);
+
+-- a library newer than the SQL objects says what to do
+DROP EXTENSION tokenbucket;
+CREATE EXTENSION tokenbucket VERSION '1.0';
+\set VERBOSITY default
+SELECT tb_create('x', 1, 1);
+SELECT tb_acquire('x');
+DROP EXTENSION tokenbucket;

@@ -1,0 +1,521 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.c
+ *	  The bucket table, through SPI on plans prepared once per backend.
+ *
+ * A grant is a single
+ *
+ *		UPDATE tb_buckets SET deficit = tb_take(...) ...
+ *		 WHERE name = $1 AND tb_take(...) IS NOT NULL RETURNING ...
+ *
+ * so the decision is made on the row version the UPDATE locks (READ
+ * COMMITTED re-checks it on the newest version after waiting), a grant is
+ * one new row version, and a denial matches no row and writes nothing.
+ * Only a denial reads the row a second time, to tell "empty" from "no such
+ * bucket" and to report when to retry.  A name that matches no bucket but
+ * starts with a template's prefix gets its bucket made from the template.
+ *
+ * Every name in the queries below is schema-qualified, operators included:
+ * the entry points run as the extension's owner.
+ *
+ * src/store.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "tokenbucket.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/resowner.h"
+
+/* The statements; %1$s is the extension's schema. */
+typedef enum PlanId
+{
+	PLAN_TAKE,
+	PLAN_READ,
+	PLAN_LOCK,
+	PLAN_WRITE,
+	PLAN_RESET,
+	PLAN_INSERT,
+	PLAN_DELETE,
+	PLAN_TEMPLATE,
+	PLAN_PURGE,
+	NUM_PLANS
+} PlanId;
+
+#define BUCKET_COLUMNS "capacity, refill_rate, deficit, updated_at, paused_until"
+#define TAKE_ARGS "b.capacity, b.refill_rate, b.deficit, b.updated_at, b.paused_until, $2, $3"
+
+/* Template-made buckets removed per statement by tb_purge. */
+#define PURGE_BATCH 1000
+
+typedef struct PlanDef
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[6];
+} PlanDef;
+
+static const PlanDef plan_defs[NUM_PLANS] = {
+	[PLAN_TAKE] = {
+		"UPDATE %1$s.tb_buckets AS b"
+		" SET deficit = %1$s.tb_take(" TAKE_ARGS "),"
+		" updated_at = GREATEST(b.updated_at, $3)"
+		" WHERE b.name OPERATOR(pg_catalog.=) $1"
+		" AND %1$s.tb_take(" TAKE_ARGS ") IS NOT NULL"
+		" RETURNING " BUCKET_COLUMNS,
+		3, {TEXTOID, FLOAT8OID, TIMESTAMPTZOID}
+	},
+	[PLAN_READ] = {
+		"SELECT " BUCKET_COLUMNS " FROM %1$s.tb_buckets"
+		" WHERE name OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID}
+	},
+	[PLAN_LOCK] = {
+		"SELECT " BUCKET_COLUMNS " FROM %1$s.tb_buckets"
+		" WHERE name OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE",
+		1, {TEXTOID}
+	},
+	[PLAN_WRITE] = {
+		"UPDATE %1$s.tb_buckets"
+		" SET capacity = $2, refill_rate = $3, deficit = $4, updated_at = $5,"
+		" paused_until = $6"
+		" WHERE name OPERATOR(pg_catalog.=) $1",
+		6, {TEXTOID, FLOAT8OID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	[PLAN_RESET] = {
+		"UPDATE %1$s.tb_buckets"
+		" SET deficit = 0, paused_until = '-infinity',"
+		" updated_at = GREATEST(updated_at, $2)"
+		" WHERE name OPERATOR(pg_catalog.=) $1",
+		2, {TEXTOID, TIMESTAMPTZOID}
+	},
+	[PLAN_INSERT] = {
+		"INSERT INTO %1$s.tb_buckets (name, capacity, refill_rate, deficit, updated_at, template)"
+		" VALUES ($1, $2, $3, 0, $4, $5) ON CONFLICT (name) DO NOTHING",
+		5, {TEXTOID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID, TEXTOID}
+	},
+	[PLAN_DELETE] = {
+		"DELETE FROM %1$s.tb_buckets WHERE name OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID}
+	},
+	/* the longest template prefix of $1; the partial index holds templates */
+	[PLAN_TEMPLATE] = {
+		"SELECT capacity, refill_rate, name FROM %1$s.tb_buckets"
+		" WHERE name OPERATOR(pg_catalog.~~) '%%*'"
+		" AND pg_catalog.starts_with($1, pg_catalog.left(name, -1))"
+		" ORDER BY pg_catalog.octet_length(name) DESC LIMIT 1",
+		1, {TEXTOID}
+	},
+	/* full, unpaused, template-made buckets last written before $1 */
+	[PLAN_PURGE] = {
+		"DELETE FROM %1$s.tb_buckets WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+		" SELECT ctid FROM %1$s.tb_buckets AS b"
+		" WHERE b.template IS NOT NULL AND b.updated_at OPERATOR(pg_catalog.<) $1"
+		" AND b.paused_until OPERATOR(pg_catalog.<=) $2"
+		" AND %1$s.tb_take(b.capacity, b.refill_rate, b.deficit, b.updated_at,"
+		" b.paused_until, b.capacity, $2) IS NOT NULL"
+		" LIMIT $3 FOR UPDATE SKIP LOCKED))",
+		3, {TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID}
+	},
+};
+
+/* Kept plans, and the tb_buckets table they were prepared for. */
+static SPIPlanPtr plans[NUM_PLANS];
+static Oid	plans_table = InvalidOid;
+
+/*
+ * Fail clearly when the extension's SQL objects are of another version
+ * than this library (a new library installed, ALTER EXTENSION not yet run).
+ */
+static void
+check_version(void)
+{
+	char	   *version = NULL;
+	int			rc;
+
+	rc = SPI_execute("SELECT extversion FROM pg_catalog.pg_extension"
+					 " WHERE extname OPERATOR(pg_catalog.=) 'tokenbucket'",
+					 true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 1)
+		version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (version == NULL || strcmp(version, TOKENBUCKET_VERSION) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension tokenbucket is version %s, its library is version %s",
+						version ? version : "(none)", TOKENBUCKET_VERSION),
+				 errhint("Run ALTER EXTENSION tokenbucket UPDATE in this database.")));
+}
+
+/*
+ * The kept plan for "id", prepared on first use.  The table is the one in
+ * the calling function's schema: after DROP EXTENSION and CREATE EXTENSION
+ * (in any schema, at any version) within one backend, the plans and the
+ * version check start afresh.
+ */
+static SPIPlanPtr
+get_plan(PlanId id, FunctionCallInfo fcinfo)
+{
+	Oid			schema = get_func_namespace(fcinfo->flinfo->fn_oid);
+	Oid			table = get_relname_relid("tb_buckets", schema);
+
+	if (table != plans_table)
+	{
+		for (int i = 0; i < NUM_PLANS; i++)
+		{
+			if (plans[i] != NULL)
+				SPI_freeplan(plans[i]);
+			plans[i] = NULL;
+		}
+		plans_table = InvalidOid;
+		check_version();
+		plans_table = table;
+	}
+
+	if (plans[id] == NULL)
+	{
+		const PlanDef *def = &plan_defs[id];
+		char	   *nspname = get_namespace_name(schema);
+		char	   *sql;
+		SPIPlanPtr	plan;
+
+		if (nspname == NULL)
+			elog(ERROR, "cache lookup failed for namespace %u", schema);
+		sql = psprintf(def->sql, quote_identifier(nspname));
+		plan = SPI_prepare(sql, def->nargs, (Oid *) def->argtypes);
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+				 sql, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		plans[id] = plan;
+	}
+	return plans[id];
+}
+
+/*
+ * Run a kept plan; "nulls" is NULL or SPI's ' '/'n' string.  Returns the
+ * rows processed; any rows are in SPI_tuptable.
+ */
+static uint64
+run_plan(PlanId id, FunctionCallInfo fcinfo, Datum *args, const char *nulls)
+{
+	int			rc = SPI_execute_plan(get_plan(id, fcinfo), args, nulls, false, 0);
+
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/* Copy the bucket state out of the first row SPI returned, and free it. */
+static void
+read_bucket(Bucket *bucket)
+{
+	HeapTuple	tuple = SPI_tuptable->vals[0];
+	TupleDesc	desc = SPI_tuptable->tupdesc;
+	bool		isnull;
+
+	bucket->capacity = DatumGetFloat8(SPI_getbinval(tuple, desc, 1, &isnull));
+	bucket->refill_rate = DatumGetFloat8(SPI_getbinval(tuple, desc, 2, &isnull));
+	bucket->deficit = DatumGetFloat8(SPI_getbinval(tuple, desc, 3, &isnull));
+	bucket->updated_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 4, &isnull));
+	bucket->paused_until = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 5, &isnull));
+	SPI_freetuptable(SPI_tuptable);
+}
+
+/* The error for a bucket that does not exist. */
+static void
+report_missing(text *name)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("token bucket \"%s\" does not exist", text_to_cstring(name)),
+			 errhint("Create it first with tb_create(name, capacity, refill), "
+					 "or create a template such as tb_create('prefix*', capacity, refill).")));
+}
+
+/*
+ * Make bucket "name", full, from the template with the longest prefix of
+ * it.  Returns false when no template matches (or "name" is a template
+ * itself).  Concurrent first calls make one bucket: ON CONFLICT DO NOTHING
+ * waits for the other insert and keeps it.
+ */
+static bool
+create_from_template(FunctionCallInfo fcinfo, text *name, TimestampTz now)
+{
+	Datum		args[5];
+	int			len = VARSIZE_ANY_EXHDR(name);
+	bool		isnull;
+
+	if (len == 0 || VARDATA_ANY(name)[len - 1] == '*')
+		return false;
+
+	args[0] = PointerGetDatum(name);
+	if (run_plan(PLAN_TEMPLATE, fcinfo, args, NULL) == 0)
+		return false;
+	args[1] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	args[2] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	args[3] = TimestampTzGetDatum(now);
+	args[4] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+	run_plan(PLAN_INSERT, fcinfo, args, NULL);
+	return true;
+}
+
+/* Fail when a request's cost exceeds its bucket's capacity: never granted. */
+static void
+check_cost(const Request *request)
+{
+	if (request->cost > request->bucket.capacity)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cost %g exceeds the capacity of token bucket \"%s\"",
+						request->cost, text_to_cstring(request->name)),
+				 errdetail("The bucket holds at most %g tokens, so this request could never be granted.",
+						   request->bucket.capacity),
+				 errhint("Raise the capacity with tb_alter(), or split the request.")));
+}
+
+/*
+ * Read the state of the request's bucket, making it from a template when
+ * it is missing, and check that its cost could ever be granted.
+ */
+static void
+read_request(FunctionCallInfo fcinfo, Request *request, TimestampTz now)
+{
+	Datum		args[1] = {PointerGetDatum(request->name)};
+
+	if (run_plan(PLAN_READ, fcinfo, args, NULL) == 0 &&
+		(!create_from_template(fcinfo, request->name, now) ||
+		 run_plan(PLAN_READ, fcinfo, args, NULL) == 0))
+		report_missing(request->name);
+	read_bucket(&request->bucket);
+	check_cost(request);
+}
+
+/*
+ * In a PG_CATCH block: roll back the internal subtransaction begun in
+ * "oldcontext" under "oldowner" (it must not outlive the error), restore
+ * both, and return the error for the caller to handle or re-throw.
+ */
+ErrorData *
+subxact_abort(MemoryContext oldcontext, ResourceOwner oldowner)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(oldcontext);
+	edata = CopyErrorData();
+	FlushErrorState();
+	RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(oldcontext);
+	CurrentResourceOwner = oldowner;
+	return edata;
+}
+
+/* Connect to SPI, or fail loudly. */
+void
+store_connect(void)
+{
+	int			rc = SPI_connect();
+
+	if (rc != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(rc));
+}
+
+/* Disconnect from SPI, or fail loudly. */
+void
+store_finish(void)
+{
+	int			rc = SPI_finish();
+
+	if (rc != SPI_OK_FINISH)
+		elog(ERROR, "SPI_finish failed: %s", SPI_result_code_string(rc));
+}
+
+/*
+ * Take the request's cost from its bucket at "now" if it grants it.  Either
+ * way request->bucket is left with the bucket's state after the decision.
+ */
+bool
+store_take(FunctionCallInfo fcinfo, Request *request, TimestampTz now)
+{
+	Datum		args[3];
+
+	args[0] = PointerGetDatum(request->name);
+	args[1] = Float8GetDatum(request->cost);
+	args[2] = TimestampTzGetDatum(now);
+
+	/* a second round only after making the bucket from its template */
+	for (int attempt = 0; attempt < 2; attempt++)
+	{
+		if (run_plan(PLAN_TAKE, fcinfo, args, NULL) == 1)
+		{
+			read_bucket(&request->bucket);
+			return true;
+		}
+		if (run_plan(PLAN_READ, fcinfo, args, NULL) == 1)
+		{
+			read_bucket(&request->bucket);
+			check_cost(request);
+			return false;
+		}
+		if (!create_from_template(fcinfo, request->name, now))
+			break;
+	}
+	report_missing(request->name);
+	pg_unreachable();
+}
+
+/*
+ * Take every request's cost, or none.  The caller sorts the requests by
+ * name, so that every session locks rows in the same order and two
+ * sessions asking for {a,b} and {b,a} cannot deadlock.  The takes run in a
+ * subtransaction, rolled back at the first denial; the states are then
+ * read afresh for the report.
+ */
+bool
+store_take_all(FunctionCallInfo fcinfo, Request *requests, int nrequests,
+			   TimestampTz now)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	volatile int denied = -1;
+
+	if (nrequests == 1)
+		return store_take(fcinfo, &requests[0], now);
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		for (int i = 0; i < nrequests && denied < 0; i++)
+			if (!store_take(fcinfo, &requests[i], now))
+				denied = i;
+	}
+	PG_CATCH();
+	{
+		ReThrowError(subxact_abort(oldcontext, oldowner));
+	}
+	PG_END_TRY();
+
+	if (denied < 0)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(oldcontext);
+	CurrentResourceOwner = oldowner;
+
+	if (denied < 0)
+		return true;
+	for (int i = 0; i < nrequests; i++)
+		if (i != denied)
+			read_request(fcinfo, &requests[i], now);
+	return false;
+}
+
+/*
+ * Lock bucket "name" for an update (making it from a template if missing)
+ * and read its state.
+ */
+void
+store_lock(FunctionCallInfo fcinfo, text *name, Bucket *bucket)
+{
+	Datum		args[1] = {PointerGetDatum(name)};
+
+	if (run_plan(PLAN_LOCK, fcinfo, args, NULL) == 0 &&
+		(!create_from_template(fcinfo, name, GetCurrentTimestamp()) ||
+		 run_plan(PLAN_LOCK, fcinfo, args, NULL) == 0))
+		report_missing(name);
+	read_bucket(bucket);
+}
+
+/* Write the state of a bucket locked with store_lock(). */
+void
+store_write(FunctionCallInfo fcinfo, text *name, const Bucket *bucket)
+{
+	Datum		args[6];
+
+	args[0] = PointerGetDatum(name);
+	args[1] = Float8GetDatum(bucket->capacity);
+	args[2] = Float8GetDatum(bucket->refill_rate);
+	args[3] = Float8GetDatum(bucket->deficit);
+	args[4] = TimestampTzGetDatum(bucket->updated_at);
+	args[5] = TimestampTzGetDatum(bucket->paused_until);
+	run_plan(PLAN_WRITE, fcinfo, args, NULL);
+}
+
+/* Fail unless bucket "name" exists; make it from a template if it can. */
+void
+store_require(FunctionCallInfo fcinfo, text *name)
+{
+	Datum		args[1] = {PointerGetDatum(name)};
+
+	if (run_plan(PLAN_READ, fcinfo, args, NULL) == 0 &&
+		!create_from_template(fcinfo, name, GetCurrentTimestamp()))
+		report_missing(name);
+}
+
+/* Fill bucket "name" and lift any pause. */
+void
+store_reset(FunctionCallInfo fcinfo, text *name, TimestampTz now)
+{
+	Datum		args[2] = {PointerGetDatum(name), TimestampTzGetDatum(now)};
+
+	if (run_plan(PLAN_RESET, fcinfo, args, NULL) == 0 &&
+		(!create_from_template(fcinfo, name, now) ||
+		 run_plan(PLAN_RESET, fcinfo, args, NULL) == 0))
+		report_missing(name);
+}
+
+/* Insert a new full bucket; false when the name is taken. */
+bool
+store_insert(FunctionCallInfo fcinfo, text *name, double capacity,
+			 double refill_rate, TimestampTz now)
+{
+	Datum		args[5];
+
+	args[0] = PointerGetDatum(name);
+	args[1] = Float8GetDatum(capacity);
+	args[2] = Float8GetDatum(refill_rate);
+	args[3] = TimestampTzGetDatum(now);
+	args[4] = (Datum) 0;
+	return run_plan(PLAN_INSERT, fcinfo, args, "    n") == 1;
+}
+
+/* Delete bucket "name"; false when there was none. */
+bool
+store_delete(FunctionCallInfo fcinfo, text *name)
+{
+	Datum		args[1] = {PointerGetDatum(name)};
+
+	return run_plan(PLAN_DELETE, fcinfo, args, NULL) > 0;
+}
+
+/*
+ * Delete template-made buckets that are full, unpaused and unwritten since
+ * "idle_since", a batch at a time, skipping rows other sessions hold.
+ */
+uint64
+store_purge(FunctionCallInfo fcinfo, TimestampTz idle_since, TimestampTz now)
+{
+	Datum		args[3];
+	uint64		batch;
+	uint64		total = 0;
+
+	args[0] = TimestampTzGetDatum(idle_since);
+	args[1] = TimestampTzGetDatum(now);
+	args[2] = Int64GetDatum(PURGE_BATCH);
+	do
+	{
+		batch = run_plan(PLAN_PURGE, fcinfo, args, NULL);
+		total += batch;
+	} while (batch == PURGE_BATCH);
+	return total;
+}
