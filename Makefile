@@ -29,7 +29,7 @@ all install installcheck:
 	      "or install postgresql-server-dev-NN and set PG_CONFIG." >&2; exit 1
 endif
 
-.PHONY: demo test
+.PHONY: demo test bench
 
 # Both set up a fresh Debian 12 machine as root (packages, build, install,
 # a throwaway server) and clean up after themselves.
@@ -38,3 +38,8 @@ demo:
 
 test:
 	bash test/run.sh
+
+# Not a test: throughput and latency of every scenario against the
+# alternatives, in one run (BENCH_SECONDS per run, default 10).
+bench:
+	bash bench/run.sh

@@ -20,6 +20,29 @@ COMMENT ON COLUMN @extschema@.tb_buckets.paused_until IS
 COMMENT ON COLUMN @extschema@.tb_buckets.template IS
 	'the template this bucket was made from, or NULL';
 
+--
+-- One CHECK constraint in C instead of five in SQL: every UPDATE parses and
+-- compiles its table's CHECK expressions afresh, and the five took a sixth
+-- of a grant's time.  It checks the same things and names the bad column.
+--
+CREATE FUNCTION @extschema@.tb_check_bucket(name text, capacity float8,
+	refill_rate float8, deficit float8, updated_at timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tb_check_bucket'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_check_bucket(text, float8, float8, float8, timestamptz) IS
+	'the CHECK constraint of tb_buckets: true, or an error naming the bad column';
+
+ALTER TABLE @extschema@.tb_buckets
+	DROP CONSTRAINT tb_buckets_name_check,
+	DROP CONSTRAINT tb_buckets_capacity_check,
+	DROP CONSTRAINT tb_buckets_refill_rate_check,
+	DROP CONSTRAINT tb_buckets_deficit_check,
+	DROP CONSTRAINT tb_buckets_updated_at_check,
+	ADD CONSTRAINT tb_buckets_check CHECK (@extschema@.tb_check_bucket(name,
+		capacity, refill_rate, deficit, updated_at));
+
 -- templates are names ending in '*'; this index finds them without a scan
 CREATE INDEX tb_buckets_templates ON @extschema@.tb_buckets (name)
 	WHERE name OPERATOR(pg_catalog.~~) '%*';

@@ -179,6 +179,32 @@ bucket_from_args(FunctionCallInfo fcinfo)
 	return bucket;
 }
 
+/*
+ * The bucket tb_take() last decided on, for store.c: after an acquire
+ * UPDATE that matched no row, a denial seen here (on the newest row version
+ * the UPDATE checked) tells "denied, and this is the state" from "no such
+ * bucket" without reading the row again.  A grant seen here means the row
+ * qualified and then vanished (deleted while the UPDATE waited for it).
+ */
+static Bucket take_seen;
+static bool take_seen_denied = false;
+
+/* Forget what tb_take() last saw. */
+void
+take_watch_begin(void)
+{
+	take_seen_denied = false;
+}
+
+/* Whether tb_take()'s last decision since take_watch_begin() was a denial. */
+bool
+take_watch_denied(Bucket *bucket)
+{
+	if (take_seen_denied)
+		*bucket = take_seen;
+	return take_seen_denied;
+}
+
 PG_FUNCTION_INFO_V1(tb_take);
 
 /*
@@ -195,8 +221,10 @@ tb_take(PG_FUNCTION_ARGS)
 
 	if (PG_NARGS() == 7)
 		bucket.paused_until = PG_GETARG_TIMESTAMPTZ(4);
-	if (!bucket_take(&bucket, PG_GETARG_FLOAT8(cost_arg),
-					 PG_GETARG_TIMESTAMPTZ(cost_arg + 1)))
+	take_seen = bucket;
+	take_seen_denied = !bucket_take(&bucket, PG_GETARG_FLOAT8(cost_arg),
+									PG_GETARG_TIMESTAMPTZ(cost_arg + 1));
+	if (take_seen_denied)
 		PG_RETURN_NULL();
 	PG_RETURN_FLOAT8(bucket.deficit);
 }

@@ -43,5 +43,7 @@ extern void bucket_reconfigure(Bucket *bucket, double capacity,
 							   double refill_rate, TimestampTz at);
 extern void bucket_adjust(Bucket *bucket, double tokens, TimestampTz at);
 extern void bucket_lower_to(Bucket *bucket, double tokens, TimestampTz at);
+extern void take_watch_begin(void);
+extern bool take_watch_denied(Bucket *bucket);
 
 #endif							/* TOKENBUCKET_BUCKET_H */

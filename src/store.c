@@ -11,8 +11,9 @@
  * so the decision is made on the row version the UPDATE locks (READ
  * COMMITTED re-checks it on the newest version after waiting), a grant is
  * one new row version, and a denial matches no row and writes nothing.
- * Only a denial reads the row a second time, to tell "empty" from "no such
- * bucket" and to report when to retry.  A name that matches no bucket but
+ * tb_take() remembers the last bucket it decided on (bucket.c), so a
+ * denial needs no second read to tell "empty" from "no such bucket" and to
+ * report when to retry.  A name that matches no bucket but
  * starts with a template's prefix gets its bucket made from the template.
  *
  * Every name in the queries below is schema-qualified, operators included:
@@ -34,7 +35,11 @@
 #include "utils/timestamp.h"
 #include "utils/resowner.h"
 
-/* The statements; %1$s is the extension's schema. */
+/*
+ * The statements; %1$s is the extension's schema.  PLAN_TAKE's CASE makes
+ * sure tb_take() only ever decides on the named row, whatever order a plan
+ * tests its conditions in: take_watch_denied() relies on it.
+ */
 typedef enum PlanId
 {
 	PLAN_TAKE,
@@ -68,7 +73,8 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		" SET deficit = %1$s.tb_take(" TAKE_ARGS "),"
 		" updated_at = GREATEST(b.updated_at, $3)"
 		" WHERE b.name OPERATOR(pg_catalog.=) $1"
-		" AND %1$s.tb_take(" TAKE_ARGS ") IS NOT NULL"
+		" AND CASE WHEN b.name OPERATOR(pg_catalog.=) $1"
+		" THEN %1$s.tb_take(" TAKE_ARGS ") END IS NOT NULL"
 		" RETURNING " BUCKET_COLUMNS,
 		3, {TEXTOID, FLOAT8OID, TIMESTAMPTZOID}
 	},
@@ -355,17 +361,19 @@ store_take(FunctionCallInfo fcinfo, Request *request, TimestampTz now)
 	/* a second round only after making the bucket from its template */
 	for (int attempt = 0; attempt < 2; attempt++)
 	{
+		take_watch_begin();
 		if (run_plan(PLAN_TAKE, fcinfo, args, NULL) == 1)
 		{
 			read_bucket(&request->bucket);
 			return true;
 		}
-		if (run_plan(PLAN_READ, fcinfo, args, NULL) == 1)
+		/* denied: tb_take() saw the row, so it exists; no second read */
+		if (take_watch_denied(&request->bucket))
 		{
-			read_bucket(&request->bucket);
 			check_cost(request);
 			return false;
 		}
+		/* no row: make it from a template, if one matches */
 		if (!create_from_template(fcinfo, request->name, now))
 			break;
 	}

@@ -171,7 +171,8 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 		for (int i = 0; i < nrequests; i++)
 			ready = Max(ready, bucket_ready_at(&requests[i].bucket,
 											   requests[i].cost, now));
-		sleep_until(Min(Min(ready, deadline), now + RECHECK_USECS));
+		/* at least a millisecond, so that nothing can make this spin */
+		sleep_until(Max(Min(Min(ready, deadline), now + RECHECK_USECS), now + 1000));
 	}
 
 	CurrentResourceOwner = CurTransactionResourceOwner;
