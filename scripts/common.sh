@@ -79,13 +79,46 @@ CONF
 	export PATH=$PGBIN:$PATH
 }
 
-# Stop the server and remove everything tb_start_server made.
+# Stop the server (and any helper started with TB_CHILDREN+=) and remove
+# everything tb_start_server made.
+TB_CHILDREN=()
 tb_cleanup() {
-	local rc=$?
+	local rc=$? pid
+	for pid in "${TB_CHILDREN[@]}"; do
+		kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+	done
 	if [ -n "${TB_TMP:-}" ] && [ -d "$TB_TMP" ]; then
 		"${TB_RUNAS[@]}" "$PGBIN/pg_ctl" -D "$TB_TMP/data" -m immediate -s stop \
 			>/dev/null 2>&1 || true
 		rm -rf "$TB_TMP"
 	fi
 	exit $rc
+}
+
+# Wait until something listens on 127.0.0.1:$1 (at most $2 seconds).
+tb_wait_port() {
+	local i
+	for ((i = 0; i < ${2:-20} * 10; i++)); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "nothing listens on port $1" >&2
+	return 1
+}
+
+# A free TCP port on loopback.
+tb_free_port() {
+	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Start the stand-in AI provider (examples/provider) in the background with
+# the given options; exports PROVIDER_URL.  tb_cleanup stops it.
+tb_start_provider() {
+	local port
+	port=$(tb_free_port)
+	/usr/bin/python3 "$TOP/examples/provider/provider.py" --port "$port" "$@" \
+		>"$TB_TMP/provider.log" 2>&1 &
+	TB_CHILDREN+=($!)
+	tb_wait_port "$port"
+	export PROVIDER_URL="http://127.0.0.1:$port"
 }

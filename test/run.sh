@@ -8,6 +8,8 @@
 #   pgTAP         test/pgtap/*.sql, run by pg_prove
 #   concurrency   test/concurrency.sh: many sessions at once, never overdrawn
 #   wait          test/wait.sh: waiting on the real clock
+#   examples      test/examples.sh: examples/ in a short mode, each with its
+#                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
 
 source "$(dirname "$0")/../scripts/common.sh"
 
@@ -65,7 +67,7 @@ pg_prove -v -d tb_tap "$TOP"/test/pgtap/*.sql >"$LOG" 2>&1 || rc=$?
 cat "$LOG"
 count_tap "$LOG" $rc
 
-for script in concurrency wait; do
+for script in concurrency wait examples; do
 	say "$script (test/$script.sh)"
 	rc=0
 	bash "$TOP/test/$script.sh" >"$LOG" 2>&1 || rc=$?

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# examples/asyncio/run.sh: `make -C examples/asyncio run`.  Starts a
+# throwaway PostgreSQL with tokenbucket and the stand-in provider, fires
+# EXAMPLE_REQUESTS concurrent requests through aiohttp, each awaiting
+# tb_acquire_wait first, and prints what the provider served and refused.
+source "$(dirname "$0")/../../scripts/common.sh"
+: "${EXAMPLE_REQUESTS:=300}"
+: "${PROVIDER_RPS:=20}"
+
+tb_install_packages python3-aiohttp python3-asyncpg
+tb_build_install
+say "starting a throwaway PostgreSQL and the stand-in provider ($PROVIDER_RPS requests/s)"
+tb_start_server
+psql -q -X -c "CREATE EXTENSION tokenbucket"
+tb_start_provider --rpm "$PROVIDER_RPS" --tpm 1e9 --window 1
+say "$EXAMPLE_REQUESTS concurrent requests, each awaiting tb_acquire_wait"
+/usr/bin/python3 "$TOP/examples/asyncio/client.py" \
+	--dsn "postgresql://postgres@/postgres?host=$PGHOST&port=$PGPORT" \
+	--provider "$PROVIDER_URL" --requests "$EXAMPLE_REQUESTS" \
+	--rpm "$(awk -v r="$PROVIDER_RPS" 'BEGIN {print r * 0.95}')" --window 1

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# test/examples.sh: each example of examples/ in a short mode (under a
+# minute each), with its own servers, checked from the JSON it prints last.
+# Prints TAP.
+set -uo pipefail
+TOP=$(cd "$(dirname "$0")/.." && pwd)
+LOG=$(mktemp)
+trap 'rm -f "$LOG"' EXIT
+echo "1..3"
+n=0
+
+# example NAME ENV... -- CHECK: run examples/NAME/run.sh, then CHECK, a
+# Python expression over r, the JSON it printed last
+example() {
+	local name=$1 rc=0 check
+	shift
+	local env=()
+	while [ "$1" != "--" ]; do env+=("$1"); shift; done
+	check=$2
+	n=$((n + 1))
+	env "${env[@]}" bash "$TOP/examples/$name/run.sh" >"$LOG" 2>&1 || rc=$?
+	grep -v '^{' "$LOG" | grep -E 'served|answered|removed' | sed 's/^/# /'
+	if [ $rc -eq 0 ] && tail -n 1 "$LOG" | /usr/bin/python3 -c "
+import json, sys
+r = json.loads(sys.stdin.read())
+sys.exit(0 if ($check) else 1)"; then
+		echo "ok $n - $name: $3"
+	else
+		echo "not ok $n - $name: $3"
+		sed 's/^/#   /' "$LOG" | tail -n 30
+	fi
+}
+
+example asyncio EXAMPLE_REQUESTS=150 -- \
+	'r["refused"] == 0 and r["timed_out"] == 0 and r["of_limit"] >= 0.9' \
+	"150 concurrent requests through tb_acquire_wait: the provider refused none and served at least 90% of its limit"
+example gateway EXAMPLE_SECONDS=3 -- \
+	'r["alice"].get("429", 0) > 0 and r["bob"].get("429", 0) == 0 and r["purged"] == r["users"] == 2' \
+	"a fast user is answered 429, a slow one never; tb_purge removes both idle buckets"
+example celery EXAMPLE_TASKS=100 -- \
+	'r["with"]["refused"] == 0 and r["with"]["of_limit"] >= 0.9 and r["without"]["refused"] > 0' \
+	"with the limiter the provider refused none and served at least 90% of its limit; without it, it refused some"
