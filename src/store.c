@@ -26,6 +26,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "tokenbucket.h"
@@ -325,11 +326,23 @@ subxact_abort(MemoryContext oldcontext, ResourceOwner oldowner)
 	return edata;
 }
 
-/* Connect to SPI, or fail loudly. */
+/*
+ * Connect to SPI, or fail loudly.  Every entry point that touches the table
+ * comes here first, so a standby says at once where to go instead of
+ * failing deep in an UPDATE (or queueing a waiter that could never win).
+ */
 void
 store_connect(void)
 {
-	int			rc = SPI_connect();
+	int			rc;
+
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot take tokens or change token buckets on a standby"),
+				 errdetail("This server is in recovery; every change to a bucket is a write."),
+				 errhint("Call the tb_* functions on the primary. tb_status can be read here.")));
+	rc = SPI_connect();
 
 	if (rc != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(rc));

@@ -80,6 +80,8 @@ queue_join_until(LOCKTAG *tag, TimestampTz deadline)
 		(void) set_config_option("lock_timeout", timeout_ms, PGC_USERSET,
 								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 		(void) LockAcquire(tag, ExclusiveLock, false, false);
+		/* a timeout that fired as the lock was granted must fire here */
+		CHECK_FOR_INTERRUPTS();
 		AtEOXact_GUC(true, nestlevel);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcontext);
@@ -147,6 +149,10 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 	ResourceOwner oldowner = CurrentResourceOwner;
 	int			joined;
 	bool		granted = false;
+
+	/* on a standby, fail at once rather than queue */
+	store_connect();
+	store_finish();
 
 	CurrentResourceOwner = CurTransactionResourceOwner;
 	for (joined = 0; joined < nrequests; joined++)

@@ -6,14 +6,17 @@
 #   pg_regress    sql/*.sql against expected/*.out
 #   isolation     test/isolation/specs/*.spec (pg_isolation_regress)
 #   pgTAP         test/pgtap/*.sql, run by pg_prove
-#   concurrency   test/concurrency.sh: many sessions at once, never overdrawn
+#   TAP           test/t/*.pl (PostgreSQL::Test::Cluster): crash, replica,
+#                 upgrade and dump
+#   stress        test/stress.sh: 64 sessions on a mix of buckets, never overdrawn
 #   wait          test/wait.sh: waiting on the real clock
 #   examples      test/examples.sh: examples/ in a short mode, each with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
 
 source "$(dirname "$0")/../scripts/common.sh"
 
-tb_install_packages "postgresql-$PGVERSION-pgtap" libtap-parser-sourcehandler-pgtap-perl
+tb_install_packages "postgresql-$PGVERSION-pgtap" libtap-parser-sourcehandler-pgtap-perl \
+	libipc-run-perl
 tb_build_install
 say "starting a throwaway PostgreSQL $PGVERSION"
 tb_start_server
@@ -67,7 +70,21 @@ pg_prove -v -d tb_tap "$TOP"/test/pgtap/*.sql >"$LOG" 2>&1 || rc=$?
 cat "$LOG"
 count_tap "$LOG" $rc
 
-for script in concurrency wait examples; do
+# TAP tests with PostgreSQL::Test::Cluster make their own clusters, so they
+# run as the server's user when we are root (initdb refuses root)
+say "TAP (PostgreSQL::Test::Cluster)"
+TAPDIR=$TB_TMP/tap
+mkdir -p "$TAPDIR"
+[ ${#TB_RUNAS[@]} -gt 0 ] && chown postgres: "$TAPDIR"
+rc=0
+"${TB_RUNAS[@]}" env PATH="$PGBIN:$PATH" TESTDIR="$TAPDIR" \
+	PERL5LIB="$($PG_CONFIG --pgxs | sed 's|/src/makefiles/pgxs.mk|/src/test/perl|')" \
+	PG_REGRESS="$(dirname "$($PG_CONFIG --pgxs)")/../test/regress/pg_regress" \
+	prove -v "$TOP"/test/t/*.pl >"$LOG" 2>&1 || rc=$?
+grep -v '^# \(WARNING\|pgbench\)' "$LOG"
+count_tap "$LOG" $rc
+
+for script in stress wait examples; do
 	say "$script (test/$script.sh)"
 	rc=0
 	bash "$TOP/test/$script.sh" >"$LOG" 2>&1 || rc=$?
