@@ -17,6 +17,14 @@ ISOLATION_OPTS = --inputdir=test/isolation
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter
 PG_CPPFLAGS += -DTOKENBUCKET_VERSION='"$(EXTVERSION)"'
 
+# make test SANITIZE=1: the extension built with UndefinedBehaviorSanitizer
+# (the test server preloads its runtime).  AddressSanitizer's runtime cannot
+# be preloaded into Debian's uninstrumented server: it hangs at start-up.
+ifdef SANITIZE
+PG_CFLAGS += -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SHLIB_LINK += -fsanitize=undefined
+endif
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(wildcard $(PGXS)),)
@@ -37,7 +45,7 @@ demo:
 	bash scripts/demo.sh
 
 test:
-	bash test/run.sh
+	SANITIZE=$(SANITIZE) bash test/run.sh
 
 # Not a test: throughput and latency of every scenario against the
 # alternatives, in one run (BENCH_SECONDS per run, default 10).

@@ -41,7 +41,8 @@ tb_install_packages() {
 # Build and install the extension into the server's directories.
 tb_build_install() {
 	say "building and installing tokenbucket"
-	make -C "$TOP" -s PG_CONFIG="$PG_CONFIG" all install
+	make -C "$TOP" -s PG_CONFIG="$PG_CONFIG" clean
+	make -C "$TOP" -s PG_CONFIG="$PG_CONFIG" ${SANITIZE:+SANITIZE=1} all install
 }
 
 # Start a throwaway server on loopback: a fresh data directory in a
@@ -74,7 +75,17 @@ fsync = off
 log_min_messages = warning
 ${TB_SERVER_CONF:-}
 CONF
-	"${TB_RUNAS[@]}" "$PGBIN/pg_ctl" -D "$TB_TMP/data" -l "$TB_TMP/server.log" -w -s start
+	if [ -n "${SANITIZE:-}" ]; then
+		# the sanitizer's runtime must be loaded first: preload it into the
+		# server, and have every report written to a file we check
+		mkdir -p "$TB_TMP/sanitizer"
+		chmod 777 "$TB_TMP/sanitizer"
+		"${TB_RUNAS[@]}" env LD_PRELOAD="$(gcc -print-file-name=libubsan.so)" \
+			UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$TB_TMP/sanitizer/ubsan" \
+			"$PGBIN/pg_ctl" -D "$TB_TMP/data" -l "$TB_TMP/server.log" -w -s start
+	else
+		"${TB_RUNAS[@]}" "$PGBIN/pg_ctl" -D "$TB_TMP/data" -l "$TB_TMP/server.log" -w -s start
+	fi
 	export PGHOST=$TB_TMP PGPORT PGUSER=postgres PGDATABASE=postgres
 	export PATH=$PGBIN:$PATH
 }

@@ -12,6 +12,9 @@
 #   wait          test/wait.sh: waiting on the real clock
 #   examples      test/examples.sh: examples/ in a short mode, each with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
+#
+# SANITIZE=1 builds with UBSan, runs pg_regress, isolation, pgTAP and a
+# short stress run against it, and fails on any sanitizer report.
 
 source "$(dirname "$0")/../scripts/common.sh"
 
@@ -69,6 +72,29 @@ rc=0
 pg_prove -v -d tb_tap "$TOP"/test/pgtap/*.sql >"$LOG" 2>&1 || rc=$?
 cat "$LOG"
 count_tap "$LOG" $rc
+
+if [ -n "${SANITIZE:-}" ]; then
+	# the TAP tests and the examples start servers of their own, without the
+	# sanitizers' runtime; the rest runs against the sanitized build
+	STRESS_SECONDS=${STRESS_SECONDS:-5} bash "$TOP/test/stress.sh" >"$LOG" 2>&1 || true
+	cat "$LOG"
+	count_tap "$LOG" 0
+	say "sanitizer reports"
+	reports=$(find "$TB_TMP/sanitizer" -type f | wc -l)
+	if [ "$reports" -eq 0 ] && ! grep -q 'runtime error\|AddressSanitizer' "$TB_TMP/server.log"; then
+		echo "ok - no UndefinedBehaviorSanitizer report"
+		passed=$((passed + 1))
+	else
+		echo "not ok - sanitizer reports:"
+		cat "$TB_TMP"/sanitizer/* 2>/dev/null | head -n 60
+		grep -A 20 'runtime error\|AddressSanitizer' "$TB_TMP/server.log" | head -n 60
+		failed=$((failed + 1))
+	fi
+	echo
+	echo "$passed passed, $failed failed"
+	[ "$failed" -eq 0 ]
+	exit
+fi
 
 # TAP tests with PostgreSQL::Test::Cluster make their own clusters, so they
 # run as the server's user when we are root (initdb refuses root)
