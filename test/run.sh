@@ -10,6 +10,7 @@
 #                 upgrade and dump
 #   stress        test/stress.sh: 64 sessions on a mix of buckets, never overdrawn
 #   wait          test/wait.sh: waiting on the real clock
+#   memory        test/memory.sh: memory flat over many calls; valgrind
 #   examples      test/examples.sh: examples/ in a short mode, each with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
 #
@@ -110,7 +111,7 @@ rc=0
 grep -v '^# \(WARNING\|pgbench\)' "$LOG"
 count_tap "$LOG" $rc
 
-for script in stress wait examples; do
+for script in stress wait memory examples; do
 	say "$script (test/$script.sh)"
 	rc=0
 	bash "$TOP/test/$script.sh" >"$LOG" 2>&1 || rc=$?
