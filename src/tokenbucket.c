@@ -466,19 +466,21 @@ update_bucket(FunctionCallInfo fcinfo, text *name,
 	return bucket_tokens_at(&bucket, now);
 }
 
-/* update_bucket() changes: give or take tokens, lower the level, pause. */
+/* update_bucket() change: give "tokens" back (take them when negative). */
 static void
 change_adjust(Bucket *bucket, TimestampTz now, const void *tokens)
 {
 	bucket_adjust(bucket, *(const double *) tokens, now);
 }
 
+/* update_bucket() change: lower the level to "tokens", never raise it. */
 static void
 change_lower(Bucket *bucket, TimestampTz now, const void *tokens)
 {
 	bucket_lower_to(bucket, *(const double *) tokens, now);
 }
 
+/* update_bucket() change: no grants before "until" (a longer pause stays). */
 static void
 change_pause(Bucket *bucket, TimestampTz now, const void *until)
 {
@@ -632,6 +634,7 @@ typedef struct Settings
 	double		refill_rate;
 } Settings;
 
+/* update_bucket() change: the new settings, keeping the tokens held. */
 static void
 change_settings(Bucket *bucket, TimestampTz now, const void *arg)
 {
