@@ -20,7 +20,7 @@
 source "$(dirname "$0")/../scripts/common.sh"
 
 tb_install_packages "postgresql-$PGVERSION-pgtap" libtap-parser-sourcehandler-pgtap-perl \
-	libipc-run-perl
+	libipc-run-perl valgrind
 tb_build_install
 say "starting a throwaway PostgreSQL $PGVERSION"
 tb_start_server
