@@ -276,6 +276,21 @@ create_from_template(FunctionCallInfo fcinfo, text *name, TimestampTz now)
 	return true;
 }
 
+/*
+ * Run plan "id" on bucket args[0].  When it finds no row, make the bucket
+ * from its template and run it once more; fail if there is still none.
+ */
+static void
+run_on_bucket(PlanId id, FunctionCallInfo fcinfo, Datum *args, TimestampTz now)
+{
+	text	   *name = DatumGetTextPP(args[0]);
+
+	if (run_plan(id, fcinfo, args, NULL) == 0 &&
+		(!create_from_template(fcinfo, name, now) ||
+		 run_plan(id, fcinfo, args, NULL) == 0))
+		report_missing(name);
+}
+
 /* Fail when a request's cost exceeds its bucket's capacity: never granted. */
 static void
 check_cost(const Request *request)
@@ -299,10 +314,7 @@ read_request(FunctionCallInfo fcinfo, Request *request, TimestampTz now)
 {
 	Datum		args[1] = {PointerGetDatum(request->name)};
 
-	if (run_plan(PLAN_READ, fcinfo, args, NULL) == 0 &&
-		(!create_from_template(fcinfo, request->name, now) ||
-		 run_plan(PLAN_READ, fcinfo, args, NULL) == 0))
-		report_missing(request->name);
+	run_on_bucket(PLAN_READ, fcinfo, args, now);
 	read_bucket(&request->bucket);
 	check_cost(request);
 }
@@ -327,21 +339,28 @@ subxact_abort(MemoryContext oldcontext, ResourceOwner oldowner)
 }
 
 /*
- * Connect to SPI, or fail loudly.  Every entry point that touches the table
- * comes here first, so a standby says at once where to go instead of
- * failing deep in an UPDATE (or queueing a waiter that could never win).
+ * Fail on a standby: every entry point changes buckets, so it says at once
+ * where to go instead of failing deep in an UPDATE (or queueing a waiter
+ * that could never win).
  */
 void
-store_connect(void)
+store_check_primary(void)
 {
-	int			rc;
-
 	if (RecoveryInProgress())
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot take tokens or change token buckets on a standby"),
 				 errdetail("This server is in recovery; every change to a bucket is a write."),
 				 errhint("Call the tb_* functions on the primary. tb_status can be read here.")));
+}
+
+/* Connect to SPI (on the primary), or fail loudly. */
+void
+store_connect(void)
+{
+	int			rc;
+
+	store_check_primary();
 	rc = SPI_connect();
 
 	if (rc != SPI_OK_CONNECT)
@@ -450,10 +469,7 @@ store_lock(FunctionCallInfo fcinfo, text *name, Bucket *bucket)
 {
 	Datum		args[1] = {PointerGetDatum(name)};
 
-	if (run_plan(PLAN_LOCK, fcinfo, args, NULL) == 0 &&
-		(!create_from_template(fcinfo, name, GetCurrentTimestamp()) ||
-		 run_plan(PLAN_LOCK, fcinfo, args, NULL) == 0))
-		report_missing(name);
+	run_on_bucket(PLAN_LOCK, fcinfo, args, GetCurrentTimestamp());
 	read_bucket(bucket);
 }
 
@@ -478,9 +494,7 @@ store_require(FunctionCallInfo fcinfo, text *name)
 {
 	Datum		args[1] = {PointerGetDatum(name)};
 
-	if (run_plan(PLAN_READ, fcinfo, args, NULL) == 0 &&
-		!create_from_template(fcinfo, name, GetCurrentTimestamp()))
-		report_missing(name);
+	run_on_bucket(PLAN_READ, fcinfo, args, GetCurrentTimestamp());
 }
 
 /* Fill bucket "name" and lift any pause. */
@@ -489,10 +503,7 @@ store_reset(FunctionCallInfo fcinfo, text *name, TimestampTz now)
 {
 	Datum		args[2] = {PointerGetDatum(name), TimestampTzGetDatum(now)};
 
-	if (run_plan(PLAN_RESET, fcinfo, args, NULL) == 0 &&
-		(!create_from_template(fcinfo, name, now) ||
-		 run_plan(PLAN_RESET, fcinfo, args, NULL) == 0))
-		report_missing(name);
+	run_on_bucket(PLAN_RESET, fcinfo, args, now);
 }
 
 /* Insert a new full bucket; false when the name is taken. */

@@ -149,7 +149,7 @@ timestamp_after(TimestampTz now, double usecs)
  * The latest moment a wait may last until: NULL is no limit but
  * statement_timeout; a negative or infinite timeout is an error.
  */
-TimestampTz
+static TimestampTz
 deadline_after(Interval *timeout, TimestampTz now)
 {
 	double		usecs;

@@ -24,6 +24,7 @@ typedef struct Request
 } Request;
 
 /* store.c: the table, through SPI on kept plans (callers connect SPI) */
+extern void store_check_primary(void);
 extern void store_connect(void);
 extern void store_finish(void);
 extern bool store_take(FunctionCallInfo fcinfo, Request *request,
@@ -45,8 +46,5 @@ extern ErrorData *subxact_abort(MemoryContext oldcontext, ResourceOwner oldowner
 /* wait.c: waiting in arrival order until a request can be granted */
 extern bool wait_and_take(FunctionCallInfo fcinfo, Request *requests,
 						  int nrequests, TimestampTz deadline);
-
-/* the latest moment a request may wait until, from a timeout (NULL: none) */
-extern TimestampTz deadline_after(Interval *timeout, TimestampTz now);
 
 #endif							/* TOKENBUCKET_H */

@@ -151,8 +151,7 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 	bool		granted = false;
 
 	/* on a standby, fail at once rather than queue */
-	store_connect();
-	store_finish();
+	store_check_primary();
 
 	CurrentResourceOwner = CurTransactionResourceOwner;
 	for (joined = 0; joined < nrequests; joined++)
