@@ -6,8 +6,13 @@
 # decided (the bucket's updated_at, read back under the row lock the grant
 # holds).  Afterwards, for every bucket, every grant and every window length
 # w, the tokens granted in [t, t + w] must not exceed capacity + rate x w;
-# the saturated hot bucket must grant its configured rate within 1%; and no
-# session may have seen an error (a deadlock included).  Prints TAP.
+# the hot bucket, once saturated, must grant its configured rate within 1%;
+# and no session may have seen an error (a deadlock included).  Prints TAP.
+#
+# The hot bucket is taken in one statement (autocommit, as most clients
+# do), so its row lock is held for no client round trip: 64 sessions then
+# ask it for far more than its rate, whatever the machine's speed; the other
+# buckets are taken inside explicit transactions.
 set -euo pipefail
 : "${STRESS_SECONDS:=20}"
 DB=tb_stress
@@ -17,8 +22,16 @@ trap 'rm -rf "$W"; dropdb --if-exists "$DB" >/dev/null 2>&1 || true' EXIT
 createdb "$DB"
 psql -q -X -v ON_ERROR_STOP=1 -d "$DB" <<'SQL'
 CREATE EXTENSION tokenbucket;
-CREATE TABLE grants (bucket text NOT NULL, cost float8 NOT NULL, t timestamptz NOT NULL);
+-- each grant: its bucket, its cost, the moment it was decided and the
+-- tokens the bucket had left just after it
+CREATE TABLE grants (bucket text NOT NULL, cost float8 NOT NULL, t timestamptz NOT NULL,
+                     left_after float8 NOT NULL);
 CREATE INDEX ON grants (bucket, t);
+-- record(bucket, cost): called after a grant, in its transaction, so the
+-- row it reads is the version the grant wrote and still holds locked
+CREATE FUNCTION record(bucket text, cost float8) RETURNS void LANGUAGE sql
+	AS 'INSERT INTO grants SELECT name, cost, updated_at, capacity - deficit
+	    FROM tb_buckets WHERE name = bucket';
 \o /dev/null
 SELECT tb_create('hot', 200, 200);
 SELECT tb_create('cold' || n, 5, 2) FROM generate_series(0, 9) AS n;
@@ -27,24 +40,16 @@ SELECT tb_create('rpm', 5, 20), tb_create('tpm', 500, 1000);
 SELECT tb_create('queue', 2, 50);
 SQL
 
-# record BUCKETS: the SQL that records a grant on each bucket named
-record() { echo "INSERT INTO grants SELECT name, :cost, updated_at FROM tb_buckets WHERE name IN ($1);"; }
-cat >"$W/hot.sql" <<PGB
-\set cost 1
-BEGIN;
-SELECT tb_acquire('hot')::int AS granted \gset
-\if :granted
-$(record "'hot'")
-\endif
-END;
+cat >"$W/hot.sql" <<'PGB'
+SELECT CASE WHEN tb_acquire('hot') THEN record('hot', 1) END;
 PGB
-cat >"$W/cold.sql" <<PGB
+cat >"$W/cold.sql" <<'PGB'
 \set n random(0, 9)
 \set cost random(1, 3)
 BEGIN;
 SELECT tb_acquire('cold' || :n, :cost)::int AS granted \gset
 \if :granted
-$(record "'cold' || :n")
+SELECT record('cold' || :n, :cost);
 \endif
 END;
 PGB
@@ -52,22 +57,20 @@ cat >"$W/user.sql" <<'PGB'
 \set u random(1, 200)
 SELECT tb_acquire('user:' || :u);
 PGB
-cat >"$W/pair.sql" <<PGB
+cat >"$W/pair.sql" <<'PGB'
 \set cost random(10, 100)
 BEGIN;
 SELECT tb_acquire_all(ARRAY['tpm', 'rpm'], ARRAY[:cost, 1])::int AS granted \gset
 \if :granted
-INSERT INTO grants SELECT name, CASE name WHEN 'rpm' THEN 1 ELSE :cost END, updated_at
-FROM tb_buckets WHERE name IN ('rpm', 'tpm');
+SELECT record('tpm', :cost), record('rpm', 1);
 \endif
 END;
 PGB
-cat >"$W/wait.sql" <<PGB
-\set cost 1
+cat >"$W/wait.sql" <<'PGB'
 BEGIN;
 SELECT tb_acquire_wait('queue', 1, '100 ms')::int AS granted \gset
 \if :granted
-$(record "'queue'")
+SELECT record('queue', 1);
 \endif
 END;
 PGB
@@ -104,14 +107,22 @@ SELECT CASE WHEN count(DISTINCT bucket) = 14
        END
 FROM grants;
 
--- saturated, the hot bucket grants its configured rate: what it granted
--- past its first burst, over the time from its first grant to its last
+-- the hot bucket's rate once saturated: from the first grant that left it
+-- empty (less than one token) to its last grant (which, saturated, leaves
+-- it empty too).  Before that moment it was still full, or draining its
+-- first burst, and a full bucket's refill is rightly lost.
 SELECT CASE WHEN abs(rate / 200 - 1) <= 0.01
-            THEN 'ok 4 - the saturated hot bucket granted ' || round(rate::numeric, 2) || '/s of 200/s'
-            ELSE 'not ok 4 - the saturated hot bucket granted ' || round(rate::numeric, 2) || '/s, not 200/s'
+            THEN 'ok 4 - the saturated hot bucket granted ' || round(rate::numeric, 2)
+                 || '/s of 200/s over ' || round(seconds::numeric, 1) || ' s'
+            ELSE 'not ok 4 - the saturated hot bucket granted '
+                 || coalesce(round(rate::numeric, 2) || '/s, not 200/s, over '
+                             || round(seconds::numeric, 1) || ' s', 'nothing: it was never empty')
        END
-FROM (SELECT (sum(cost) - 200) / extract(epoch FROM max(t) - min(t)) AS rate
-      FROM grants WHERE bucket = 'hot') AS hot;
+FROM (SELECT (SELECT sum(cost) FROM grants WHERE bucket = 'hot' AND t > saturated)
+             / extract(epoch FROM last - saturated) AS rate,
+             extract(epoch FROM last - saturated) AS seconds
+      FROM (SELECT min(t) FILTER (WHERE left_after < 1) AS saturated, max(t) AS last
+            FROM grants WHERE bucket = 'hot') AS span) AS hot;
 
 SELECT CASE WHEN count(*) > 0 AND count(*) FILTER (WHERE template = 'user:*') = count(*)
             THEN 'ok 5 - ' || count(*) || ' per-user buckets made from the template, one each'
