@@ -17,12 +17,12 @@ ISOLATION_OPTS = --inputdir=test/isolation
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter
 PG_CPPFLAGS += -DTOKENBUCKET_VERSION='"$(EXTVERSION)"'
 
-# make test SANITIZE=1: the extension built with UndefinedBehaviorSanitizer
-# (the test server preloads its runtime).  AddressSanitizer's runtime cannot
-# be preloaded into Debian's uninstrumented server: it hangs at start-up.
+# make test SANITIZE=1: the extension built with AddressSanitizer and
+# UndefinedBehaviorSanitizer (the test server preloads their runtimes, see
+# tb_start_server in scripts/common.sh).
 ifdef SANITIZE
-PG_CFLAGS += -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-SHLIB_LINK += -fsanitize=undefined
+PG_CFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SHLIB_LINK += -fsanitize=address,undefined
 endif
 
 PG_CONFIG ?= pg_config

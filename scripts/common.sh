@@ -76,11 +76,17 @@ log_min_messages = warning
 ${TB_SERVER_CONF:-}
 CONF
 	if [ -n "${SANITIZE:-}" ]; then
-		# the sanitizer's runtime must be loaded first: preload it into the
-		# server, and have every report written to a file we check
+		# the sanitizers' runtimes must be loaded before anything else in
+		# the uninstrumented server: preload them (and the shim that lets
+		# AddressSanitizer start there, test/sanitize/asan_preload.c), and
+		# have every report written to a file test/run.sh checks.  Leak
+		# checks stay off: a server frees much of its memory by exiting.
 		mkdir -p "$TB_TMP/sanitizer"
 		chmod 777 "$TB_TMP/sanitizer"
-		"${TB_RUNAS[@]}" env LD_PRELOAD="$(gcc -print-file-name=libubsan.so)" \
+		gcc -shared -fPIC -O2 -o "$TB_TMP/asan_preload.so" "$TOP/test/sanitize/asan_preload.c"
+		"${TB_RUNAS[@]}" env \
+			LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so) $TB_TMP/asan_preload.so" \
+			ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:log_path=$TB_TMP/sanitizer/asan" \
 			UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$TB_TMP/sanitizer/ubsan" \
 			"$PGBIN/pg_ctl" -D "$TB_TMP/data" -l "$TB_TMP/server.log" -w -s start
 	else

@@ -14,8 +14,9 @@
 #   examples      test/examples.sh: examples/ in a short mode, each with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
 #
-# SANITIZE=1 builds with UBSan, runs pg_regress, isolation, pgTAP and a
-# short stress run against it, and fails on any sanitizer report.
+# SANITIZE=1 builds with AddressSanitizer and UndefinedBehaviorSanitizer,
+# runs pg_regress, isolation, pgTAP and a short stress run against it, and
+# fails on any sanitizer report.
 
 source "$(dirname "$0")/../scripts/common.sh"
 
@@ -80,15 +81,28 @@ if [ -n "${SANITIZE:-}" ]; then
 	STRESS_SECONDS=${STRESS_SECONDS:-5} bash "$TOP/test/stress.sh" >"$LOG" 2>&1 || true
 	cat "$LOG"
 	count_tap "$LOG" 0
-	say "sanitizer reports"
-	reports=$(find "$TB_TMP/sanitizer" -type f | wc -l)
-	if [ "$reports" -eq 0 ] && ! grep -q 'runtime error\|AddressSanitizer' "$TB_TMP/server.log"; then
-		echo "ok - no UndefinedBehaviorSanitizer report"
+	say "sanitizers"
+	# the mode proves nothing unless the backends really ran the
+	# instrumented library with both runtimes loaded
+	maps=$(psql -X -A -t -c "LOAD 'tokenbucket'" -c "SELECT pg_read_file('/proc/self/maps')")
+	symbols=$(nm -D "$($PG_CONFIG --pkglibdir)/tokenbucket.so")
+	if grep -q libasan <<<"$maps" && grep -q libubsan <<<"$maps" &&
+		grep -q __asan_report_load8 <<<"$symbols" && grep -q __ubsan_handle <<<"$symbols"; then
+		echo "ok - backends run tokenbucket.so built with both sanitizers, their runtimes loaded"
+		passed=$((passed + 1))
+	else
+		echo "not ok - the backends do not run the sanitized build"
+		failed=$((failed + 1))
+	fi
+	# reports go to the files named by log_path, or to the server's log
+	if [ -z "$(ls -A "$TB_TMP/sanitizer")" ] &&
+		! grep -q 'runtime error\|Sanitizer' "$TB_TMP/server.log"; then
+		echo "ok - no AddressSanitizer or UndefinedBehaviorSanitizer report"
 		passed=$((passed + 1))
 	else
 		echo "not ok - sanitizer reports:"
 		cat "$TB_TMP"/sanitizer/* 2>/dev/null | head -n 60
-		grep -A 20 'runtime error\|AddressSanitizer' "$TB_TMP/server.log" | head -n 60
+		grep -A 20 'runtime error\|Sanitizer' "$TB_TMP/server.log" | head -n 60
 		failed=$((failed + 1))
 	fi
 	echo
