@@ -1,0 +1,1 @@
+SELECT CASE WHEN tb_acquire('big') THEN record('big', 1) END;

@@ -1,0 +1,1 @@
+SELECT CASE WHEN tb_acquire('hot') THEN record('hot', 1) END;

@@ -1,0 +1,2 @@
+\set u random(1, 200)
+SELECT tb_acquire('user:' || :u);
