@@ -7,7 +7,7 @@ OBJS = src/tokenbucket.o src/bucket.o src/store.o src/wait.o
 DATA = $(wildcard sql/$(EXTENSION)--*.sql)
 
 # pg_regress: inputs in sql/, outputs in expected/
-REGRESS = api errors clock security settle all templates upgrade
+REGRESS = api errors clock security settle all templates upgrade exact look
 # isolation specs live in test/isolation/{specs,expected}
 ISOLATION = race_last_token wait_uncommitted rollback_returns all_or_nothing \
 	acquire_all_deadlock template_first_use concurrent_purge

@@ -113,3 +113,16 @@ SELECT call, (pg_temp.catch(call)).code FROM (VALUES
 SELECT NOT EXISTS (SELECT * FROM tb_buckets EXCEPT SELECT * FROM before)
    AND NOT EXISTS (SELECT * FROM before EXCEPT SELECT * FROM tb_buckets) AS unchanged;
 DROP EXTENSION tokenbucket;
+
+-- 55000: the extension's schema dropped under an open cursor gives a clean
+-- error naming the extension, not an internal one
+CREATE SCHEMA regress_lim;
+CREATE EXTENSION tokenbucket SCHEMA regress_lim;
+SELECT regress_lim.tb_create('x', 10, 1);
+BEGIN;
+DECLARE c CURSOR FOR SELECT regress_lim.tb_acquire('x') FROM generate_series(1, 3);
+FETCH 1 FROM c;
+DROP SCHEMA regress_lim CASCADE;
+FETCH 1 FROM c;
+ROLLBACK;
+DROP SCHEMA regress_lim CASCADE;

@@ -20,6 +20,29 @@ SELECT tb_reset('shared');
 SELECT tb_drop('shared');
 RESET ROLE;
 
+-- giving tokens back, settling, syncing and pausing are not PUBLIC: one
+-- compromised login could lift or stop every limit
+SET ROLE regress_tb_app;
+SELECT tb_refund('shared', 1);
+SELECT tb_settle('shared', 1, 0);
+SELECT tb_sync('shared', 0);
+SELECT tb_pause('shared', '1 hour');
+SELECT tb_pause_until('shared', 'infinity');
+-- a look is, and an error tells a caller nothing of the bucket's settings
+SELECT granted FROM tb_peek('shared');
+SELECT tb_acquire('shared', 1000);
+RESET ROLE;
+
+-- the README's grant block gives a worker all it needs in one paste
+GRANT EXECUTE ON FUNCTION tb_refund(text, float8), tb_settle(text, float8, float8),
+	tb_sync(text, float8), tb_pause(text, interval),
+	tb_pause_until(text, timestamptz) TO regress_tb_app;
+SET ROLE regress_tb_app;
+SELECT tb_refund('shared', 1) >= 0 AS refunded, tb_settle('shared', 1, 1) >= 0 AS settled,
+       tb_sync('shared', 2) >= 0 AS synced;
+SELECT tb_pause('shared', '1 s'), tb_pause_until('shared', '-infinity');
+RESET ROLE;
+
 -- a DBA hands out management rights with GRANT
 GRANT EXECUTE ON FUNCTION tb_reset(text) TO regress_tb_app;
 GRANT SELECT ON tb_status TO regress_tb_app;

@@ -62,14 +62,14 @@ SELECT tb_pause('tpm', interval '1 minute');
 SELECT retry_after > '9 min' AS still_ten_minutes FROM tb_try('tpm');
 -- a pause that already ended changes nothing, and writes nothing
 SELECT xmin AS before FROM tb_buckets WHERE name = 'tpm' \gset
-SELECT tb_pause('tpm', now() - interval '1 second'), tb_pause('tpm', interval '-5 minutes'),
-       tb_pause('tpm', interval '0'), tb_pause('tpm', '-infinity'::timestamptz);
+SELECT tb_pause_until('tpm', now() - interval '1 second'), tb_pause('tpm', interval '-5 minutes'),
+       tb_pause('tpm', interval '0'), tb_pause_until('tpm', '-infinity');
 SELECT xmin = :'before' AS unchanged FROM tb_buckets WHERE name = 'tpm';
 -- the level refills during a pause; tb_reset lifts it
 SELECT tb_reset('tpm');
 SELECT tb_acquire('tpm'), paused_until IS NULL AS not_paused FROM tb_status WHERE name = 'tpm';
 -- a pause until a moment works the same way
-SELECT tb_pause('tpm', clock_timestamp() + interval '1 hour');
+SELECT tb_pause_until('tpm', clock_timestamp() + interval '1 hour');
 SELECT granted, retry_after > '59 min' AS retry_in_an_hour FROM tb_try('tpm');
 -- a short pause really ends
 SELECT tb_reset('tpm');

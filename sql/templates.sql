@@ -15,13 +15,15 @@ FROM tb_status ORDER BY name;
 -- each key has its own bucket
 SELECT tb_acquire('user:alice', 2), tb_acquire('user:alice'), tb_acquire('user:carol', 3);
 
--- every call that names a bucket makes it: try, refund, settle, sync, pause, reset, alter
+-- every call that changes a bucket makes it: try, refund, settle, sync, pause,
+-- reset, alter; a call that changes nothing (a pause already over, an alter
+-- with no setting) only checks that the template would make it
 SELECT granted FROM tb_try('user:t1');
 SELECT tb_refund('user:t2', 1), tb_settle('user:t3', 1, 0), tb_sync('user:t4', 5);
 SELECT tb_pause('user:t5', interval '1 minute'), tb_pause('user:t6', interval '-1 minute'),
        tb_reset('user:t7'), tb_alter('user:t8', 7), tb_alter('user:t9');
 SELECT name, capacity, template FROM tb_buckets WHERE name LIKE 'user:t%' ORDER BY name;
--- but tb_drop does not, and templates are not made from templates
+-- but tb_drop does not; a name ending in * is a template's, never a bucket's
 SELECT tb_drop('user:t10'), count(*) FROM tb_buckets WHERE name = 'user:t10';
 SELECT tb_drop('*');
 SELECT tb_acquire('user:x*');
@@ -31,12 +33,23 @@ SELECT tb_drop('user:*'), tb_drop('user:vip:*');
 SELECT tb_acquire('user:dave');
 SELECT tb_acquire('admin:1');
 
--- a bucket made from a template keeps its settings when the template changes
+-- tb_alter of a template applies to every bucket made from it, in one
+-- statement, each keeping the tokens it holds, capped at the new capacity
 SELECT tb_create('key:*', 5, 1, '1 hour');
-SELECT tb_acquire('key:1');
+SELECT tb_acquire('key:1'), tb_acquire('key:2', 5), tb_acquire('key:3', 5),
+       round(tb_settle('key:3', 0, 2)::numeric) AS in_debt;
 SELECT tb_alter('key:*', 50);
-SELECT tb_acquire('key:2');
-SELECT name, capacity FROM tb_buckets WHERE name LIKE 'key:%' ORDER BY name;
+SELECT tb_acquire('key:4');
+SELECT name, capacity, refill_rate * 3600 AS per_hour, round(tokens::numeric, 2) AS tokens
+FROM tb_status WHERE name LIKE 'key:%' ORDER BY name;
+SELECT tb_alter('key:*', 3, refill => 2, per => '1 hour');
+SELECT name, capacity, refill_rate * 3600 AS per_hour, round(tokens::numeric, 2) AS tokens
+FROM tb_status WHERE name LIKE 'key:%' ORDER BY name;
+-- so tb_purge changes no decision: a purged key comes back with the same
+-- settings; and dropping the template drops the buckets made from it
+SELECT tb_drop('key:*');
+SELECT count(*) AS left_behind FROM tb_buckets WHERE template = 'key:*';
+SELECT tb_acquire('key:1');
 
 -- tb_purge: template-made buckets that are full and idle go; the rest stay
 SELECT tb_create('p:*', 2, 100);            -- refills in 20 ms

@@ -1,6 +1,7 @@
 --
--- upgrade: 1.0 updated to 1.1 keeps its buckets and gives exactly the
--- objects of a fresh 1.1 install.
+-- upgrade: 1.0 updated to 1.1 and then 1.2 keeps its buckets and gives
+-- exactly the objects of a fresh install; grants made on the functions 1.2
+-- replaces are kept.
 --
 -- buckets made under 1.0 (plain SQL: this library is 1.1's)
 CREATE EXTENSION tokenbucket VERSION '1.0';
@@ -14,8 +15,25 @@ SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 -- the buckets are kept, and behave as before, with the new functions too
 SELECT name, capacity, round(tokens::numeric, 2) AS tokens, paused_until, debt, template
 FROM tb_status ORDER BY name;
+
+-- under 1.1, a DBA restricted tb_try and tb_pause(timestamptz) to one role
+CREATE ROLE regress_tb_upgrade_worker;
+REVOKE EXECUTE ON FUNCTION tb_try(text, float8) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION tb_try(text, float8) TO regress_tb_upgrade_worker;
+GRANT EXECUTE ON FUNCTION tb_pause(text, timestamptz) TO regress_tb_upgrade_worker;
+
+ALTER EXTENSION tokenbucket UPDATE TO '1.2';
+SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 SELECT tb_acquire('kept', 5), tb_acquire('half', 2), tb_acquire('half');
 SELECT tb_acquire_all('{kept,half}'), round(tb_refund('kept', 1)::numeric, 2);
+
+-- the replaced functions keep those grants; what gives tokens is not PUBLIC
+SELECT p.oid::regprocedure AS function,
+       has_function_privilege('regress_tb_upgrade_worker', p.oid, 'EXECUTE') AS worker,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public
+FROM pg_proc p
+WHERE p.proname IN ('tb_try', 'tb_pause_until', 'tb_pause', 'tb_refund', 'tb_try_all')
+ORDER BY 1::text;
 
 -- and the objects are those of a fresh 1.1 install
 -- objects(): every member object of the extension, with its definition,
@@ -23,7 +41,10 @@ SELECT tb_acquire_all('{kept,half}'), round(tb_refund('kept', 1)::numeric, 2);
 CREATE FUNCTION pg_temp.objects() RETURNS SETOF text LANGUAGE sql AS $$
 	SELECT pg_describe_object(d.classid, d.objid, 0) || ': ' || coalesce(CASE d.classid
 		WHEN 'pg_proc'::regclass THEN pg_get_functiondef(d.objid) || coalesce(
-			(SELECT proacl::text FROM pg_proc WHERE oid = d.objid), '')
+			(SELECT string_agg(a.grantee::regrole::text || '=' || a.privilege_type, ','
+				ORDER BY a.grantee::regrole::text)
+			 FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS a
+			 WHERE p.oid = d.objid), '')
 		WHEN 'pg_class'::regclass THEN (
 			SELECT c.relkind::text || coalesce(c.relacl::text, '') || coalesce(pg_get_viewdef(c.oid), '')
 			       || coalesce(pg_get_indexdef(c.oid), '') FROM pg_class c WHERE c.oid = d.objid)
@@ -49,6 +70,10 @@ CREATE FUNCTION pg_temp.objects() RETURNS SETOF text LANGUAGE sql AS $$
 	FROM pg_extension WHERE extname = 'tokenbucket'
 $$;
 
+-- (the grants made above are the DBA's, not the install's)
+REVOKE EXECUTE ON FUNCTION tb_try(text, float8) FROM regress_tb_upgrade_worker;
+REVOKE EXECUTE ON FUNCTION tb_pause_until(text, timestamptz) FROM regress_tb_upgrade_worker;
+GRANT EXECUTE ON FUNCTION tb_try(text, float8) TO PUBLIC;
 CREATE TEMP TABLE upgraded AS SELECT * FROM pg_temp.objects() AS o(object);
 SELECT count(*) > 30 AS many_objects FROM upgraded;
 DROP EXTENSION tokenbucket;
@@ -57,6 +82,8 @@ SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 (SELECT 'only after update: ' || object FROM upgraded EXCEPT SELECT 'only after update: ' || o FROM pg_temp.objects() AS o)
 UNION ALL
 (SELECT 'only in fresh install: ' || o FROM pg_temp.objects() AS o EXCEPT SELECT 'only in fresh install: ' || object FROM upgraded);
+
+DROP ROLE regress_tb_upgrade_worker;
 
 -- a library newer than the SQL objects says what to do
 DROP EXTENSION tokenbucket;

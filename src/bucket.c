@@ -50,15 +50,44 @@ bucket_tokens_at(const Bucket *bucket, TimestampTz at)
 }
 
 /*
- * Whether the bucket grants "cost" tokens at "at": it is not paused and
- * holds them.  This is the grant decision; bucket_take() and
- * bucket_ready_at() both use it, so a client told to come back at a moment
- * is granted at that moment.
+ * Whether a bucket of "capacity" can account for taking "cost": zero, or
+ * at least capacity x BUCKET_COST_RESOLUTION.  A smaller cost would not
+ * change the deficit reliably, so it is never granted (the entry points
+ * report why).
+ */
+bool
+bucket_cost_resolvable(double capacity, double cost)
+{
+	return cost == 0 || cost >= capacity * BUCKET_COST_RESOLUTION;
+}
+
+/*
+ * The timestamptz "usecs" microseconds after the epoch, saturating at
+ * -infinity and infinity: never a value outside what timestamptz can print
+ * and read back (pg_dump, restore and logical replication depend on it).
+ */
+TimestampTz
+timestamp_saturate(double usecs)
+{
+	if (!(usecs < (double) END_TIMESTAMP))
+		return isnan(usecs) ? DT_NOBEGIN : DT_NOEND;
+	if (usecs < (double) MIN_TIMESTAMP)
+		return DT_NOBEGIN;
+	return (TimestampTz) usecs;
+}
+
+/*
+ * Whether the bucket grants "cost" tokens at "at": it is not paused, holds
+ * them, and can account for them.  This is the grant decision;
+ * bucket_take() and bucket_ready_at() both use it, so a client told to
+ * come back at a moment is granted at that moment.  It never turns from
+ * true to false as "at" grows, which bucket_ready_at() relies on.
  */
 bool
 bucket_holds(const Bucket *bucket, double cost, TimestampTz at)
 {
 	return at >= bucket->paused_until &&
+		bucket_cost_resolvable(bucket->capacity, cost) &&
 		bucket_deficit_at(bucket, at) + cost <= bucket->capacity;
 }
 
@@ -79,41 +108,59 @@ bucket_take(Bucket *bucket, double cost, TimestampTz at)
 
 /*
  * The first microsecond, not before "at", at which the bucket holds "cost"
- * tokens.  The estimate from the refill rate is rounded up and then moved
- * to the first microsecond bucket_holds() itself accepts, so floating-point
- * rounding can make the answer neither early nor late.  Waits are capped
- * at BUCKET_MAX_WAIT_USECS.
+ * tokens: exactly the first one bucket_holds() accepts, at any capacity
+ * and rate.  The estimate from the refill rate is usually that microsecond
+ * already; when rounding makes it miss (huge capacities, tiny rates), a
+ * bisection finds it.  Waits are capped at BUCKET_MAX_WAIT_USECS, and a
+ * moment past the last timestamptz is infinity.
  */
 TimestampTz
 bucket_ready_at(const Bucket *bucket, double cost, TimestampTz at)
 {
-	TimestampTz start = Max(Max(at, bucket->updated_at), bucket->paused_until);
+	TimestampTz lo = Max(Max(at, bucket->updated_at), bucket->paused_until);
+	TimestampTz hi;
+	TimestampTz guess;
 	double		wait;
-	TimestampTz ready;
 
 	if (bucket_holds(bucket, cost, at))
 		return at;
-	if (start == DT_NOEND)
+	if (lo >= END_TIMESTAMP)
 		return DT_NOEND;
+	if (bucket_holds(bucket, cost, lo))
+		return lo;
+	if (pg_add_s64_overflow(lo, BUCKET_MAX_WAIT_USECS, &hi) || hi >= END_TIMESTAMP)
+		hi = END_TIMESTAMP;
+	if (!bucket_holds(bucket, cost, hi))
+		return hi >= END_TIMESTAMP ? DT_NOEND : hi;
 
+	/* now lo is refused and hi granted; start from the estimate */
 	wait = ceil((bucket->deficit + cost - bucket->capacity) /
 				bucket->refill_rate * USECS_PER_SEC);
-	if (!(wait < (double) BUCKET_MAX_WAIT_USECS) ||
-		pg_add_s64_overflow(bucket->updated_at, (int64) wait, &ready))
+	if (wait > 0 && wait < (double) BUCKET_MAX_WAIT_USECS &&
+		!pg_add_s64_overflow(bucket->updated_at, (int64) wait, &guess) &&
+		guess > lo && guess < hi)
 	{
-		if (pg_add_s64_overflow(start, BUCKET_MAX_WAIT_USECS, &ready))
-			ready = DT_NOEND;
-		return ready;
+		if (bucket_holds(bucket, cost, guess))
+		{
+			if (!bucket_holds(bucket, cost, guess - 1))
+				return guess;
+			hi = guess;
+		}
+		else if (bucket_holds(bucket, cost, guess + 1))
+			return guess + 1;
+		else
+			lo = guess;
 	}
+	while (hi - lo > 1)
+	{
+		TimestampTz mid = lo + (hi - lo) / 2;
 
-	/* the estimate can be a microsecond or two off either way */
-	ready = Max(ready, start);
-	for (int nudge = 0; nudge < 4 && ready > start &&
-		 bucket_holds(bucket, cost, ready - 1); nudge++)
-		ready--;
-	for (int nudge = 0; nudge < 4 && !bucket_holds(bucket, cost, ready); nudge++)
-		ready++;
-	return ready;
+		if (bucket_holds(bucket, cost, mid))
+			hi = mid;
+		else
+			lo = mid;
+	}
+	return hi >= END_TIMESTAMP ? DT_NOEND : hi;
 }
 
 /*
@@ -238,6 +285,41 @@ tb_tokens(PG_FUNCTION_ARGS)
 	Bucket		bucket = bucket_from_args(fcinfo);
 
 	PG_RETURN_FLOAT8(bucket_tokens_at(&bucket, PG_GETARG_TIMESTAMPTZ(4)));
+}
+
+PG_FUNCTION_INFO_V1(tb_ready_at);
+
+/*
+ * tb_ready_at(capacity, refill_rate, deficit, updated_at, paused_until,
+ * cost, at): the first moment, not before "at", at which the bucket
+ * grants "cost" (bucket_ready_at(): what retry_after counts down to).
+ */
+Datum
+tb_ready_at(PG_FUNCTION_ARGS)
+{
+	Bucket		bucket = bucket_from_args(fcinfo);
+
+	bucket.paused_until = PG_GETARG_TIMESTAMPTZ(4);
+	PG_RETURN_TIMESTAMPTZ(bucket_ready_at(&bucket, PG_GETARG_FLOAT8(5),
+										  PG_GETARG_TIMESTAMPTZ(6)));
+}
+
+PG_FUNCTION_INFO_V1(tb_resize);
+
+/*
+ * tb_resize(capacity, refill_rate, deficit, updated_at, new_capacity, at):
+ * the deficit of the bucket given a new capacity at "at", keeping the
+ * tokens it holds then, capped (bucket_reconfigure()).  tb_alter of a
+ * template applies it to every bucket made from the template.
+ */
+Datum
+tb_resize(PG_FUNCTION_ARGS)
+{
+	Bucket		bucket = bucket_from_args(fcinfo);
+
+	bucket_reconfigure(&bucket, PG_GETARG_FLOAT8(4), bucket.refill_rate,
+					   PG_GETARG_TIMESTAMPTZ(5));
+	PG_RETURN_FLOAT8(bucket.deficit);
 }
 
 PG_FUNCTION_INFO_V1(tb_full_at);

@@ -23,6 +23,15 @@
 /* Longest wait we report: 1000 years keeps every sum inside timestamptz. */
 #define BUCKET_MAX_WAIT_USECS	((int64) 1000 * 365 * USECS_PER_DAY)
 
+/*
+ * The smallest cost a bucket accounts for, as a fraction of its capacity
+ * (2^-32).  A float8 deficit no larger than the capacity is kept to within
+ * capacity x 2^-53, so a cost of at least capacity x 2^-32 is added to it
+ * to within one part in two million; a cost far smaller could be lost to
+ * rounding altogether and granted without limit.
+ */
+#define BUCKET_COST_RESOLUTION	(1.0 / 4294967296.0)
+
 typedef struct Bucket
 {
 	double		capacity;		/* most tokens the bucket holds */
@@ -34,6 +43,8 @@ typedef struct Bucket
 
 extern double bucket_deficit_at(const Bucket *bucket, TimestampTz at);
 extern double bucket_tokens_at(const Bucket *bucket, TimestampTz at);
+extern bool bucket_cost_resolvable(double capacity, double cost);
+extern TimestampTz timestamp_saturate(double usecs);
 extern bool bucket_holds(const Bucket *bucket, double cost, TimestampTz at);
 extern bool bucket_take(Bucket *bucket, double cost, TimestampTz at);
 extern TimestampTz bucket_ready_at(const Bucket *bucket, double cost,

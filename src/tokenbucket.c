@@ -34,6 +34,12 @@ PG_MODULE_MAGIC;
 #define BUCKET_NAME_MAX_BYTES 1024
 
 /*
+ * Most names one call may take from: far below what one allocation of
+ * requests may hold, and enough for any request a client makes.
+ */
+#define MAX_NAMES_PER_CALL 1000000
+
+/*
  * Reject a number that is NaN, infinite, or (when positive) not above zero,
  * with "sqlstate": 22023 for an argument, 23514 for a row of tb_buckets.
  */
@@ -63,6 +69,33 @@ check_name(text *name, int sqlstate)
 				(errcode(sqlstate),
 				 errmsg("token bucket name must be 1 to %d bytes long, not %zu",
 						BUCKET_NAME_MAX_BYTES, VARSIZE_ANY_EXHDR(name))));
+}
+
+/* Whether "name" is a template's: it ends in '*'. */
+static bool
+is_template_name(text *name)
+{
+	int			len = VARSIZE_ANY_EXHDR(name);
+
+	return len > 0 && VARDATA_ANY(name)[len - 1] == '*';
+}
+
+/*
+ * Reject a name that cannot be a bucket's: empty, too long, or a
+ * template's.  A template only makes buckets; spending from it, giving to
+ * it or pausing it would do nothing any caller meant.
+ */
+static void
+check_bucket_name(text *name)
+{
+	check_name(name, ERRCODE_INVALID_PARAMETER_VALUE);
+	if (is_template_name(name))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("token bucket name \"%s\" is a template, not a bucket",
+						text_to_cstring(name)),
+				 errdetail("A name ending in * is a template: it makes a bucket for each name that starts with its prefix."),
+				 errhint("Name a bucket after the prefix, as in 'user:42' for 'user:*', and never let a key from user input end in *.")));
 }
 
 PG_FUNCTION_INFO_V1(tb_check_bucket);
@@ -132,17 +165,14 @@ refill_rate_from(double refill, Interval *per)
 	return rate;
 }
 
-/* "now" plus "usecs", saturating at the ends of timestamptz. */
+/*
+ * "now" plus "usecs", saturating at -infinity and infinity: never a value
+ * past the last timestamptz (which pg_dump could write but not restore).
+ */
 static TimestampTz
 timestamp_after(TimestampTz now, double usecs)
 {
-	double		sum = (double) now + usecs;
-
-	if (sum >= (double) DT_NOEND)
-		return DT_NOEND;
-	if (sum <= (double) DT_NOBEGIN)
-		return DT_NOBEGIN;
-	return now + (int64) usecs;
+	return timestamp_saturate((double) now + usecs);
 }
 
 /*
@@ -164,13 +194,27 @@ deadline_after(Interval *timeout, TimestampTz now)
 	return timestamp_after(now, usecs);
 }
 
-/* Microseconds from "from" to "to" (zero when "to" is earlier) as an interval. */
+/*
+ * Microseconds from "from" to "to": zero when "to" is earlier, at most
+ * BUCKET_MAX_WAIT_USECS (a pause until infinity included).
+ */
+static int64
+usecs_between(TimestampTz from, TimestampTz to)
+{
+	if (to <= from)
+		return 0;
+	if (to == DT_NOEND || (double) to - (double) from >= (double) BUCKET_MAX_WAIT_USECS)
+		return BUCKET_MAX_WAIT_USECS;
+	return to - from;
+}
+
+/* usecs_between() as an interval. */
 static Interval *
 interval_between(TimestampTz from, TimestampTz to)
 {
 	Interval   *result = palloc0(sizeof(Interval));
 
-	result->time = to > from ? to - from : 0;
+	result->time = usecs_between(from, to);
 	return result;
 }
 
@@ -202,12 +246,19 @@ requests_from_arrays(ArrayType *names, ArrayType *costs, int *nrequests)
 	int			ncosts;
 	Request    *requests;
 
-	deconstruct_array(names, TEXTOID, -1, false, TYPALIGN_INT,
-					  &name_datums, &name_nulls, &n);
+	n = ArrayGetNItems(ARR_NDIM(names), ARR_DIMS(names));
 	if (n == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("names must not be empty")));
+	if (n > MAX_NAMES_PER_CALL)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many token buckets in one call: %d, at most %d",
+						n, MAX_NAMES_PER_CALL),
+				 errhint("Split the request into several calls.")));
+	deconstruct_array(names, TEXTOID, -1, false, TYPALIGN_INT,
+					  &name_datums, &name_nulls, &n);
 	if (costs != NULL)
 	{
 		deconstruct_array(costs, FLOAT8OID, sizeof(float8), FLOAT8PASSBYVAL,
@@ -229,6 +280,7 @@ requests_from_arrays(ArrayType *names, ArrayType *costs, int *nrequests)
 		requests[i].name = DatumGetTextPP(name_datums[i]);
 		requests[i].cost = cost_datums ? DatumGetFloat8(cost_datums[i]) : 1.0;
 		requests[i].position = i;
+		check_bucket_name(requests[i].name);
 		check_number("cost", requests[i].cost, false);
 	}
 
@@ -259,6 +311,7 @@ request_from(text *name, double cost)
 {
 	Request		request = {.name = name, .cost = cost};
 
+	check_bucket_name(name);
 	check_number("cost", cost, false);
 	return request;
 }
@@ -270,24 +323,50 @@ take_now(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 {
 	bool		granted;
 
-	store_connect();
+	store_connect(true);
 	granted = store_take_all(fcinfo, requests, nrequests, now);
 	store_finish();
 	return granted;
 }
 
-/* Fill a (granted, remaining, retry_after, reset_after) row for a request. */
+/* Columns of report_values(): tb_try's, tb_peek's, and tb_try_all's after name. */
+#define REPORT_COLUMNS 6
+
+/*
+ * Fill a (granted, remaining, retry_after, reset_after,
+ * retry_after_seconds, reset_after_seconds) row for a request: the waits
+ * as intervals for SQL, and as seconds for clients, whose drivers map
+ * intervals each their own way.
+ */
 static void
 report_values(const Request *request, bool granted, TimestampTz now,
 			  Datum *values)
 {
 	const Bucket *bucket = &request->bucket;
+	TimestampTz ready = granted ? now : bucket_ready_at(bucket, request->cost, now);
+	TimestampTz full = bucket_full_at(bucket);
 
 	values[0] = BoolGetDatum(granted);
 	values[1] = Float8GetDatum(bucket_tokens_at(bucket, now));
-	values[2] = IntervalPGetDatum(interval_between(now, granted ? now :
-												   bucket_ready_at(bucket, request->cost, now)));
-	values[3] = IntervalPGetDatum(interval_between(now, bucket_full_at(bucket)));
+	values[2] = IntervalPGetDatum(interval_between(now, ready));
+	values[3] = IntervalPGetDatum(interval_between(now, full));
+	values[4] = Float8GetDatum((double) usecs_between(now, ready) / USECS_PER_SEC);
+	values[5] = Float8GetDatum((double) usecs_between(now, full) / USECS_PER_SEC);
+}
+
+/* A report_values() row for a request, as a composite Datum. */
+static Datum
+report_datum(FunctionCallInfo fcinfo, const Request *request, bool granted,
+			 TimestampTz now)
+{
+	TupleDesc	desc;
+	Datum		values[REPORT_COLUMNS];
+	bool		nulls[REPORT_COLUMNS] = {0};
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	report_values(request, granted, now, values);
+	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
 }
 
 PG_FUNCTION_INFO_V1(tb_acquire);
@@ -313,18 +392,30 @@ tb_try(PG_FUNCTION_ARGS)
 {
 	Request		request = request_from(PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1));
 	TimestampTz now = GetCurrentTimestamp();
-	TupleDesc	desc;
-	Datum		values[4];
-	bool		nulls[4] = {false, false, false, false};
-	bool		granted;
+	bool		granted = take_now(fcinfo, &request, 1, now);
 
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
+	PG_RETURN_DATUM(report_datum(fcinfo, &request, granted, now));
+}
 
-	granted = take_now(fcinfo, &request, 1, now);
-	report_values(&request, granted, now, values);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc),
-													  values, nulls)));
+PG_FUNCTION_INFO_V1(tb_peek);
+
+/*
+ * tb_peek(name, cost): tb_try's answer without taking anything: the
+ * decision cost tokens would get now, and the rest of the row.  It locks
+ * and writes nothing (a template-made bucket is not made), so it also
+ * works on a standby.
+ */
+Datum
+tb_peek(PG_FUNCTION_ARGS)
+{
+	Request		request = request_from(PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1));
+	TimestampTz now = GetCurrentTimestamp();
+
+	store_connect(false);
+	store_peek(fcinfo, &request, now);
+	store_finish();
+	PG_RETURN_DATUM(report_datum(fcinfo, &request,
+								 bucket_holds(&request.bucket, request.cost, now), now));
 }
 
 PG_FUNCTION_INFO_V1(tb_acquire_wait);
@@ -431,8 +522,8 @@ tb_try_all(PG_FUNCTION_ARGS)
 
 	for (int i = 0; i < n; i++)
 	{
-		Datum		values[5];
-		bool		nulls[5] = {false, false, false, false, false};
+		Datum		values[1 + REPORT_COLUMNS];
+		bool		nulls[1 + REPORT_COLUMNS] = {0};
 
 		values[0] = PointerGetDatum(requests[i].name);
 		report_values(&requests[i], granted, now, values + 1);
@@ -458,9 +549,15 @@ update_bucket(FunctionCallInfo fcinfo, text *name,
 	TimestampTz now = GetCurrentTimestamp();
 	Bucket		bucket;
 
-	store_connect();
+	check_bucket_name(name);
+	store_connect(true);
 	store_lock(fcinfo, name, &bucket);
 	change(&bucket, now, arg);
+	if (!isfinite(bucket.deficit))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("debt of token bucket \"%s\" out of range", text_to_cstring(name)),
+				 errdetail("Taking that many more tokens would put the bucket in a debt float8 cannot hold.")));
 	store_write(fcinfo, name, &bucket);
 	store_finish();
 	return bucket_tokens_at(&bucket, now);
@@ -544,14 +641,15 @@ pause_until(FunctionCallInfo fcinfo, text *name, TimestampTz until)
 		(void) update_bucket(fcinfo, name, change_pause, &until);
 		return;
 	}
-	store_connect();
+	check_bucket_name(name);
+	store_connect(true);
 	store_require(fcinfo, name);
 	store_finish();
 }
 
 PG_FUNCTION_INFO_V1(tb_pause_until);
 
-/* tb_pause(name, until timestamptz) */
+/* tb_pause_until(name, until timestamptz); tb_pause(name, timestamptz) in 1.1 */
 Datum
 tb_pause_until(PG_FUNCTION_ARGS)
 {
@@ -595,7 +693,7 @@ tb_purge(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("idle must be a finite interval of zero or more")));
 
-	store_connect();
+	store_connect(true);
 	purged = store_purge(fcinfo, timestamp_after(now, -usecs), now);
 	store_finish();
 	PG_RETURN_INT64((int64) purged);
@@ -616,7 +714,7 @@ tb_create(PG_FUNCTION_ARGS)
 	check_number("capacity", capacity, true);
 	rate = refill_rate_from(PG_GETARG_FLOAT8(2), PG_GETARG_INTERVAL_P(3));
 
-	store_connect();
+	store_connect(true);
 	created = store_insert(fcinfo, name, capacity, rate, GetCurrentTimestamp());
 	store_finish();
 	if (!created)
@@ -682,15 +780,26 @@ tb_alter(PG_FUNCTION_ARGS)
 												PG_ARGISNULL(3) ? &one_second : PG_GETARG_INTERVAL_P(3));
 	}
 
+	check_name(name, ERRCODE_INVALID_PARAMETER_VALUE);
+	store_connect(true);
 	if (PG_ARGISNULL(1) && PG_ARGISNULL(2))
-	{
-		/* nothing to change: only say whether the bucket exists */
-		store_connect();
-		store_require(fcinfo, name);
-		store_finish();
-	}
+		store_require(fcinfo, name);	/* nothing to change: does it exist? */
 	else
-		(void) update_bucket(fcinfo, name, change_settings, &settings);
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		Bucket		bucket;
+
+		store_lock(fcinfo, name, &bucket);
+		change_settings(&bucket, now, &settings);
+		/* a template's new settings are every user's: apply them to all */
+		if (is_template_name(name))
+		{
+			bucket.deficit = 0;		/* a template is always full */
+			(void) store_alter_made(fcinfo, name, &bucket, now);
+		}
+		store_write(fcinfo, name, &bucket);
+	}
+	store_finish();
 	PG_RETURN_VOID();
 }
 
@@ -700,7 +809,8 @@ PG_FUNCTION_INFO_V1(tb_reset);
 Datum
 tb_reset(PG_FUNCTION_ARGS)
 {
-	store_connect();
+	check_bucket_name(PG_GETARG_TEXT_PP(0));
+	store_connect(true);
 	store_reset(fcinfo, PG_GETARG_TEXT_PP(0), GetCurrentTimestamp());
 	store_finish();
 	PG_RETURN_VOID();
@@ -714,7 +824,7 @@ tb_drop(PG_FUNCTION_ARGS)
 {
 	bool		dropped;
 
-	store_connect();
+	store_connect(true);
 	dropped = store_delete(fcinfo, PG_GETARG_TEXT_PP(0));
 	store_finish();
 	PG_RETURN_BOOL(dropped);

@@ -25,15 +25,19 @@ typedef struct Request
 
 /* store.c: the table, through SPI on kept plans (callers connect SPI) */
 extern void store_check_primary(void);
-extern void store_connect(void);
+extern void store_connect(bool writes);
 extern void store_finish(void);
 extern bool store_take(FunctionCallInfo fcinfo, Request *request,
+					   TimestampTz now);
+extern void store_peek(FunctionCallInfo fcinfo, Request *request,
 					   TimestampTz now);
 extern bool store_take_all(FunctionCallInfo fcinfo, Request *requests,
 						   int nrequests, TimestampTz now);
 extern void store_lock(FunctionCallInfo fcinfo, text *name, Bucket *bucket);
 extern void store_write(FunctionCallInfo fcinfo, text *name,
 						const Bucket *bucket);
+extern uint64 store_alter_made(FunctionCallInfo fcinfo, text *name,
+							   const Bucket *bucket, TimestampTz now);
 extern void store_require(FunctionCallInfo fcinfo, text *name);
 extern void store_reset(FunctionCallInfo fcinfo, text *name, TimestampTz now);
 extern bool store_insert(FunctionCallInfo fcinfo, text *name, double capacity,

@@ -15,6 +15,15 @@
  * queue lock, being transaction-level, goes with the transaction if the
  * waiter fails.
  *
+ * Each attempt runs in a subtransaction: kept when granted, rolled back
+ * when denied, which also releases the lock on tb_buckets the attempt
+ * took, so a sleeping waiter never makes a DBA's ALTER TABLE, VACUUM FULL
+ * or REINDEX (and every call queued behind those) wait for it.  Every lock
+ * a waiter waits for (its queue, a row another transaction holds) is
+ * waited for until the waiter's deadline at most, whatever the session's
+ * lock_timeout: the timeout argument is the promise, and a NULL timeout
+ * waits until statement_timeout.
+ *
  * src/wait.c
  *
  *-------------------------------------------------------------------------
@@ -53,23 +62,26 @@ queue_tag(LOCKTAG *tag, text *name)
 }
 
 /*
- * Wait in the queue until "deadline", with lock_timeout set to what is
- * left; the timeout's error is caught in a subtransaction and becomes
- * false.  Any other error (cancel, statement_timeout) goes on up.
+ * Run "step" in a subtransaction, with lock_timeout set to what is left
+ * until "deadline" (no limit for DT_NOEND), whatever the session's own:
+ * the subtransaction is kept when "step" returns true and rolled back when
+ * it returns false (releasing every lock it took).  A lock wait that lasts
+ * past the deadline rolls it back too, sets *timed_out and returns false;
+ * any other error (cancel, statement_timeout) goes on up.
  */
 static bool
-queue_join_until(LOCKTAG *tag, TimestampTz deadline)
+run_until(TimestampTz deadline, bool (*step) (void *arg), void *arg,
+		  bool *timed_out)
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
 	TimestampTz now = GetCurrentTimestamp();
-	bool		joined = true;
-	char		timeout_ms[32];
+	volatile bool kept = false;
+	char		timeout_ms[32] = "0";
 
-	if (now >= deadline)
-		return false;
-	snprintf(timeout_ms, sizeof(timeout_ms), INT64_FORMAT,
-			 Min((deadline - now + 999) / 1000, (int64) INT_MAX));
+	if (deadline != DT_NOEND)
+		snprintf(timeout_ms, sizeof(timeout_ms), INT64_FORMAT,
+				 Max(Min((deadline - now + 999) / 1000, (int64) INT_MAX), (int64) 1));
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcontext);
@@ -79,11 +91,14 @@ queue_join_until(LOCKTAG *tag, TimestampTz deadline)
 
 		(void) set_config_option("lock_timeout", timeout_ms, PGC_USERSET,
 								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-		(void) LockAcquire(tag, ExclusiveLock, false, false);
-		/* a timeout that fired as the lock was granted must fire here */
+		kept = step(arg);
+		/* a timeout that fired as the last lock was granted must fire here */
 		CHECK_FOR_INTERRUPTS();
 		AtEOXact_GUC(true, nestlevel);
-		ReleaseCurrentSubTransaction();
+		if (kept)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
 	}
@@ -94,29 +109,37 @@ queue_join_until(LOCKTAG *tag, TimestampTz deadline)
 		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
 			ReThrowError(edata);
 		FreeErrorData(edata);
-		joined = false;
+		*timed_out = true;
+		kept = false;
 	}
 	PG_END_TRY();
-	return joined;
+	return kept;
+}
+
+/* run_until() step: wait for the queue lock "tag". */
+static bool
+queue_lock_step(void *tag)
+{
+	(void) LockAcquire((LOCKTAG *) tag, ExclusiveLock, false, false);
+	return true;
 }
 
 /*
  * Join the queue on one bucket; false if "deadline" passes first.  The
  * caller has made CurTransactionResourceOwner current: a lock taken in
- * queue_join_until()'s subtransaction ends up owned by it too, so all the
+ * run_until()'s subtransaction ends up owned by it too, so all the
  * queue locks are released under one owner.
  */
 static bool
 queue_join(LOCKTAG *tag, TimestampTz deadline)
 {
+	bool		timed_out = false;
+
 	if (LockAcquire(tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
 		return true;
-	if (deadline == DT_NOEND)
-	{
-		(void) LockAcquire(tag, ExclusiveLock, false, false);
-		return true;
-	}
-	return queue_join_until(tag, deadline);
+	if (GetCurrentTimestamp() >= deadline)
+		return false;
+	return run_until(deadline, queue_lock_step, tag, &timed_out);
 }
 
 /* Sleep on the latch until "until", answering interrupts; no CPU is used. */
@@ -136,6 +159,48 @@ sleep_until(TimestampTz until)
 	}
 }
 
+/* One attempt at taking every request of a waiter, at "now". */
+typedef struct Attempt
+{
+	FunctionCallInfo fcinfo;
+	Request    *requests;
+	int			nrequests;
+	TimestampTz now;
+} Attempt;
+
+/*
+ * run_until() step: the attempt, kept if granted and rolled back if
+ * denied (see the top of this file).
+ */
+static bool
+attempt_step(void *arg)
+{
+	Attempt    *attempt = arg;
+	bool		granted;
+
+	store_connect(true);
+	granted = store_take_all(attempt->fcinfo, attempt->requests,
+							 attempt->nrequests, attempt->now);
+	store_finish();
+	return granted;
+}
+
+/*
+ * Fail unless the transaction reads the newest row versions: a waiter in
+ * REPEATABLE READ or SERIALIZABLE would decide on its snapshot, missing a
+ * refund or a reset made while it sleeps, and wait on a stale denial.
+ */
+static void
+check_read_committed(void)
+{
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("waiting for tokens needs READ COMMITTED"),
+				 errdetail("In REPEATABLE READ or SERIALIZABLE a waiter would decide on its transaction's snapshot and never see tokens given back while it waits."),
+				 errhint("Call it in a READ COMMITTED transaction (the default), or call tb_try and retry after retry_after.")));
+}
+
 /*
  * Queue on every bucket of the request (in the callers' sorted order, so
  * queues are joined in one order too), then take all the tokens as soon as
@@ -150,8 +215,18 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 	int			joined;
 	bool		granted = false;
 
-	/* on a standby, fail at once rather than queue */
+	/* on a standby, or on a snapshot, fail at once rather than queue */
 	store_check_primary();
+	check_read_committed();
+	/* one queue lock per bucket: say so before the shared lock table fills */
+	if (nrequests > max_locks_per_xact)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many token buckets to wait for at once: %d, at most %d",
+						nrequests, max_locks_per_xact),
+				 errdetail("A waiter holds a lock per bucket, and max_locks_per_transaction is %d.",
+						   max_locks_per_xact),
+				 errhint("Wait for fewer buckets at once, or raise max_locks_per_transaction.")));
 
 	CurrentResourceOwner = CurTransactionResourceOwner;
 	for (joined = 0; joined < nrequests; joined++)
@@ -166,11 +241,12 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 	{
 		TimestampTz now = GetCurrentTimestamp();
 		TimestampTz ready = now;
+		Attempt		attempt = {fcinfo, requests, nrequests, now};
+		bool		timed_out = false;
 
-		store_connect();
-		granted = store_take_all(fcinfo, requests, nrequests, now);
-		store_finish();
-		if (granted || now >= deadline)
+		/* a row another transaction holds is waited for until the deadline */
+		granted = run_until(deadline, attempt_step, &attempt, &timed_out);
+		if (granted || timed_out || now >= deadline)
 			break;
 
 		for (int i = 0; i < nrequests; i++)

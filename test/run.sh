@@ -10,6 +10,8 @@
 #                 upgrade and dump
 #   stress        test/stress.sh: 64 sessions on a mix of buckets, never overdrawn
 #   wait          test/wait.sh: waiting on the real clock
+#   locks         test/locks.sh: timeouts whatever holds a row; sleepers
+#                 never hold up a DBA's ALTER TABLE
 #   memory        test/memory.sh: memory flat over many calls; valgrind
 #   examples      test/examples.sh: examples/ in a short mode, each with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
@@ -125,7 +127,7 @@ rc=0
 grep -v '^# \(WARNING\|pgbench\)' "$LOG"
 count_tap "$LOG" $rc
 
-for script in stress wait memory examples; do
+for script in stress wait locks memory examples; do
 	say "$script (test/$script.sh)"
 	rc=0
 	bash "$TOP/test/$script.sh" >"$LOG" 2>&1 || rc=$?

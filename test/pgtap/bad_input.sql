@@ -39,15 +39,20 @@ END $$;
 
 CREATE TEMP TABLE cases (call text, code text);
 
--- names: unknown, empty, long, odd characters, SQL fragments
+-- names: unknown, empty, long, a template's, odd characters, SQL fragments.
+-- An empty or too long name is 22023; so is a template's name where a
+-- bucket is meant (tb_alter may change a template)
 INSERT INTO cases
-SELECT format('SELECT %s(%L%s)', f, n, a), '42704'
+SELECT format('SELECT %s(%L%s)', f, n, a),
+       CASE WHEN n = '' OR octet_length(n) > 1024 OR (n LIKE '%*' AND f <> 'tb_alter')
+            THEN '22023' ELSE '42704' END
 FROM unnest(ARRAY['tb_acquire', 'tb_try', 'tb_reset', 'tb_alter']) AS f,
      unnest(ARRAY['', ' ', 'B', 'b ', repeat('x', 10000), 'b''; DROP TABLE tb_buckets; --',
                   E'b\\0', E'b\\x00', 'b\', '"b"', 'ключ', '*', '%', 'b_', 'NULL']) AS n,
      LATERAL (SELECT CASE f WHEN 'tb_alter' THEN ', 1' ELSE '' END AS a) AS x;
 INSERT INTO cases
-SELECT format('SELECT tb_acquire(%L, 1)', n), '42704'
+SELECT format('SELECT tb_acquire(%L, 1)', n),
+       CASE WHEN n = '' OR octet_length(n) > 1024 THEN '22023' ELSE '42704' END
 FROM unnest(ARRAY['', 'B', repeat('b', 3000), 'b''--', E'\\']) AS n;
 INSERT INTO cases
 SELECT format('SELECT tb_create(%L, 1, 1)', n), '22023'
@@ -150,7 +155,8 @@ FROM unnest(ARRAY['tb_acquire_all', 'tb_acquire_all_wait', 'tb_try_all']) AS f,
              ('''{b,full}'', ''{1,NULL}''', '22023'), ('''{b,full}'', ''{-1,1}''', '22023'),
              ('''{b,full}'', ''{1,NaN}''', '22023'), ('''{b,full}'', ''{Infinity,1}''', '22023'),
              ('''{b,full}'', ''{1,2}''', '22023'), ('''{b,nope}''', '42704'),
-             ('''{nope}''', '42704'), ('''{"",b}''', '42704'), (quote_literal(ARRAY['b', repeat('x', 5000)]), '42704'),
+             ('''{nope}''', '42704'), ('''{"",b}''', '22023'), (quote_literal(ARRAY['b', repeat('x', 5000)]), '22023'),
+             ('''{b,tpl*}''', '22023'),
              ('NULL', '00000'), ('NULL, ''{1}''', '00000')) AS c(a, code)
 WHERE NOT (f = 'tb_acquire_all_wait' AND a = 'NULL, ''{1}''');
 INSERT INTO cases
@@ -166,10 +172,17 @@ SELECT format('SELECT %s', call), code FROM (VALUES
 	('tb_sync(''b'', -1)', '22023'), ('tb_sync(''b'', ''NaN'')', '22023'),
 	('tb_sync(''b'', ''-Infinity'')', '22023'), ('tb_sync(''nope'', 1)', '42704'),
 	('tb_pause(''nope'', interval ''1 minute'')', '42704'),
-	('tb_pause(''nope'', now() + interval ''1 minute'')', '42704'),
+	('tb_pause_until(''nope'', now() + interval ''1 minute'')', '42704'),
+	('tb_pause(''nope'', ''1 minute'')', '42704'),
 	('tb_pause(''nope'', interval ''-1 minute'')', '42704'),
 	('tb_pause(''b'', interval ''-1 minute'')', '00000'),
-	('tb_pause(''b'', ''-infinity''::timestamptz)', '00000'),
+	('tb_pause_until(''b'', ''-infinity'')', '00000'),
+	('tb_pause(''b'', ''-infinity''::timestamptz)', '42883'),
+	('tb_settle(''b'', 0, 1e308), tb_settle(''b'', 0, 1e308)', '22003'),
+	('tb_acquire(''b'', 1e-10)', '22023'), ('tb_try(''b'', 4.9e-324)', '22023'),
+	('tb_peek(''b'', 1e-300)', '22023'), ('tb_peek(''b'', 6)', '22023'),
+	('tb_peek(''nope'')', '42704'), ('tb_peek(''tpl*'')', '22023'),
+	('tb_acquire_all_wait(ARRAY(SELECT ''k'' || g FROM generate_series(1, 100) AS g))', '54000'),
 	('tb_pause(NULL, interval ''1 minute'')', '00000'),
 	('tb_pause(''b'', NULL::interval)', '00000'),
 	('tb_purge(''-1 s'')', '22023'), ('tb_purge(''-1 day'')', '22023'),

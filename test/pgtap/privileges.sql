@@ -8,7 +8,7 @@
 -- succeeds ran none of them.
 --
 BEGIN;
-SELECT plan(43);
+SELECT plan(44);
 
 CREATE ROLE regress_tb_app;
 CREATE ROLE regress_tb_admin;
@@ -17,6 +17,10 @@ GRANT EXECUTE ON FUNCTION tb_create(text, float8, float8, interval),
 	tb_alter(text, float8, float8, interval), tb_reset(text), tb_drop(text)
 	TO regress_tb_admin;
 GRANT SELECT ON tb_status TO regress_tb_admin;
+-- the README's grant block for a worker that also settles and pauses
+GRANT EXECUTE ON FUNCTION tb_refund(text, float8), tb_settle(text, float8, float8),
+	tb_sync(text, float8), tb_pause(text, interval),
+	tb_pause_until(text, timestamptz) TO regress_tb_app;
 
 DO $$ BEGIN
 	PERFORM tb_create('shared', 2, 1, '1 hour');
@@ -111,8 +115,10 @@ SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_sync('other', 50)$$,
 	'regress_evil, pg_catalog, public'), 'ok: 50', 'tb_sync runs none of the attacker''s code');
 SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_pause('key:a', interval '1 minute')$$,
 	'regress_evil, pg_catalog, public'), 'ok: ', 'tb_pause(interval) runs none of the attacker''s code');
-SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_pause('key:b', now() + interval '1 minute')$$,
-	'regress_evil, pg_catalog, public'), 'ok: ', 'tb_pause(timestamptz) runs none of the attacker''s code');
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_pause_until('key:b', now() + interval '1 minute')$$,
+	'regress_evil, pg_catalog, public'), 'ok: ', 'tb_pause_until runs none of the attacker''s code');
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT granted::text FROM tb_peek('key:unmade')$$,
+	'regress_evil, pg_catalog, public'), 'ok: true', 'tb_peek, looking at a key its template would make, runs none of it');
 SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_acquire('key:new')$$,
 	'regress_evil, pg_catalog, public'), 'ok: true', 'a key made from a template on first use runs none of it');
 SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_purge('0')$$,
@@ -166,10 +172,10 @@ SELECT is((SELECT deficit FROM pg_temp.tb_buckets), 0::float8,
 -- the function definitions that make this hold
 SELECT is((SELECT count(*)::int FROM pg_proc
 	WHERE pronamespace = 'public'::regnamespace AND proname ~ '^tb_'
-	  AND prosecdef AND proconfig = '{"search_path=pg_catalog, pg_temp"}'), 17,
-	'all 17 table-touching functions are SECURITY DEFINER with search_path = pg_catalog, pg_temp');
+	  AND prosecdef AND proconfig[1] = 'search_path=pg_catalog, pg_temp'), 18,
+	'all 18 table-touching functions are SECURITY DEFINER with search_path = pg_catalog, pg_temp');
 SELECT is((SELECT count(*)::int FROM pg_proc
-	WHERE pronamespace = 'public'::regnamespace AND proname ~ '^tb_' AND prosecdef), 17,
+	WHERE pronamespace = 'public'::regnamespace AND proname ~ '^tb_' AND prosecdef), 18,
 	'no other function is SECURITY DEFINER');
 SELECT ok(has_function_privilege('regress_tb_app', 'tb_acquire(text)', 'EXECUTE'),
 	'PUBLIC may call tb_acquire(name)');

@@ -1,6 +1,7 @@
 # Upgrade and dump: buckets made under 1.0 survive ALTER EXTENSION UPDATE
-# and keep working; pg_dump and pg_restore into a new database keep every
-# bucket exactly; DROP EXTENSION removes everything the extension made.
+# (through 1.1 to 1.2) and keep working; pg_dump and pg_restore into a new
+# database keep every bucket exactly, a pause "for ever" set by a role with
+# EXECUTE only included; DROP EXTENSION removes everything it made.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -11,7 +12,7 @@ my $node = PostgreSQL::Test::Cluster->new('main');
 $node->init;
 $node->start;
 
-# 1.0, with buckets made by plain SQL (this library is 1.1's, so the 1.0
+# 1.0, with buckets made by plain SQL (this library is 1.2's, so the 1.0
 # functions ask for the update), one of them half empty
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION tokenbucket VERSION '1.0';
@@ -19,11 +20,11 @@ $node->safe_psql('postgres', q{
 	INSERT INTO tb_buckets (name, capacity, refill_rate, deficit) VALUES ('half', 4, 1.0 / 3600, 2);
 });
 my ($rc, $out, $err) = $node->psql('postgres', "SELECT tb_acquire('full')");
-like($err, qr/extension tokenbucket is version 1.0, its library is version 1.1/,
-	'1.0 objects with the 1.1 library ask for the update');
+like($err, qr/extension tokenbucket is version 1.0, its library is version 1.2/,
+	'1.0 objects with the 1.2 library ask for the update');
 $node->safe_psql('postgres', 'ALTER EXTENSION tokenbucket UPDATE');
 is($node->safe_psql('postgres', "SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket'"),
-	'1.1', 'updated to 1.1');
+	'1.2', 'updated to 1.2');
 is($node->safe_psql('postgres',
 	"SELECT string_agg(name || '=' || round(tokens::numeric, 2), ' ' ORDER BY name) FROM tb_status"),
 	'full=5.00 half=2.00', 'the buckets are kept, levels and all');
@@ -38,7 +39,17 @@ $node->safe_psql('postgres', q{
 	SELECT tb_pause('full', interval '1 hour');
 	SELECT tb_create('tpm', 100, 1, '1 hour');
 	SELECT tb_settle('tpm', 0, 150);
+	SELECT tb_create('forever', 1, 1);
+	CREATE ROLE regress_exec LOGIN;
+	GRANT EXECUTE ON FUNCTION tb_pause(text, interval) TO regress_exec;
 });
+# 1.1 stored this pause past the last timestamptz: it dumped, but did not
+# restore.  It is a pause for ever: infinity, which restores.
+$node->safe_psql('postgres', q{
+	SELECT tb_pause('forever', ('294276-12-31 23:59:59+00'::timestamptz - now()) + interval '3 days')},
+	extra_params => [ '-U', 'regress_exec' ]);
+is($node->safe_psql('postgres', "SELECT paused_until FROM tb_buckets WHERE name = 'forever'"),
+	'infinity', 'a role with EXECUTE only pausing past the last timestamptz pauses until infinity');
 my $dump = $node->basedir . '/buckets.dump';
 $node->command_ok([ 'pg_dump', '-Fc', '-d', $node->connstr('postgres'), '-f', $dump ],
 	'pg_dump');
@@ -48,6 +59,9 @@ my $rows = 'SELECT name, capacity, refill_rate, deficit, updated_at, paused_unti
   . ' FROM tb_buckets ORDER BY name';
 is($node->safe_psql('restored', $rows), $node->safe_psql('postgres', $rows),
 	'the restored database has every bucket, exactly');
+is($node->safe_psql('restored', "SELECT count(*) FROM tb_buckets"),
+	$node->safe_psql('postgres', "SELECT count(*) FROM tb_buckets"),
+	'all buckets restored, the one paused for ever included');
 is($node->safe_psql('restored',
 	"SELECT tb_acquire('half')::text || (tb_try('full')).granted::text || tb_acquire('tpm', 0)::text"
 	. " || tb_acquire('user:8')::text"),
