@@ -21,8 +21,8 @@ PG_CPPFLAGS += -DTOKENBUCKET_VERSION='"$(EXTVERSION)"'
 # UndefinedBehaviorSanitizer (the test server preloads their runtimes, see
 # tb_start_server in scripts/common.sh).
 ifdef SANITIZE
-PG_CFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-SHLIB_LINK += -fsanitize=address,undefined
+PG_CFLAGS += -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer
+SHLIB_LINK += -fsanitize=address,undefined,float-cast-overflow
 endif
 
 PG_CONFIG ?= pg_config
