@@ -127,9 +127,9 @@ run_redis() {	# run_redis SCENARIO CLIENTS KEY CAPACITY RATE [RANDOM-RANGE]
 	printf '%s,C_redis_lua,n/a,%d,%.0f,%s,%s,\n' "$scenario" "$c" "$rps" "$p50" "$p99" | tee -a "$OUT"
 }
 for c in "${CLIENTS[@]}"; do
-	run_redis 10k "$c" 'k:__rand_int__' 1e12 1e9 10000
-	run_redis hot "$c" hot 1e12 1e9
-	run_redis 1m "$c" 'm:__rand_int__' 1e12 1e9 1000000
+	run_redis 10k "$c" 'k:__rand_int__' 1e9 1e9 10000
+	run_redis hot "$c" hot 1e9 1e9
+	run_redis 1m "$c" 'm:__rand_int__' 1e9 1e9 1000000
 	run_redis empty "$c" empty 1 1e-9
 done
 

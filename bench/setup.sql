@@ -5,9 +5,9 @@
 CREATE EXTENSION IF NOT EXISTS tokenbucket;
 
 INSERT INTO tb_buckets (name, capacity, refill_rate)
-SELECT 'k' || i, 1e12, 1e9 FROM generate_series(1, :nbuckets) AS i;
+SELECT 'k' || i, 1e9, 1e9 FROM generate_series(1, :nbuckets) AS i;
 INSERT INTO tb_buckets (name, capacity, refill_rate) VALUES
-	('hot', 1e12, 1e9), ('rpm', 1e12, 1e9), ('tpm', 1e12, 1e9);
+	('hot', 1e9, 1e9), ('rpm', 1e9, 1e9), ('tpm', 1e9, 1e9);
 INSERT INTO tb_buckets (name, capacity, refill_rate, deficit) VALUES ('empty', 1, 1e-9, 1);
 
 -- Alternatives A and B keep their own table, as their authors would: the
