@@ -45,6 +45,13 @@ SELECT granted, retry_after_seconds BETWEEN 3500 AND 3600 AS about_an_hour,
 FROM tb_try('look', 2);
 SELECT name, granted, retry_after_seconds > 0 AS holds_it_back, reset_after_seconds >= 0 AS has_reset
 FROM tb_try_all('{user:a,look}', '{1,4}');
+-- a denied all-or-nothing take writes nothing either: no key made, no
+-- transaction id
+BEGIN;
+SELECT tb_acquire_all('{user:b,look}', '{1,4}') AS granted;
+SELECT pg_current_xact_id_if_assigned() IS NULL AS no_transaction_id,
+       (SELECT count(*) FROM tb_buckets WHERE name = 'user:b') AS made;
+COMMIT;
 
 -- an untyped literal works in every overload: the pause takes a duration,
 -- tb_pause_until a moment
