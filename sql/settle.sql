@@ -73,9 +73,9 @@ SELECT tb_pause_until('tpm', clock_timestamp() + interval '1 hour');
 SELECT granted, retry_after > '59 min' AS retry_in_an_hour FROM tb_try('tpm');
 -- a short pause really ends
 SELECT tb_reset('tpm');
-SELECT tb_pause('tpm', interval '200 ms');
+SELECT tb_pause('tpm', interval '2 s');
 SELECT tb_acquire('tpm');
-SELECT pg_sleep(0.25);
+SELECT pg_sleep(2.05);
 SELECT tb_acquire('tpm');
 
 -- each of these is one row version: they lock the row and write once

@@ -58,9 +58,9 @@ SELECT tb_acquire('p:used'), tb_acquire('p:idle'), tb_acquire('plain');
 SELECT tb_create('p:slow:*', 2, 1, '1 hour');
 SELECT tb_acquire('p:slow:empty', 2);       -- stays empty for two hours
 SELECT tb_pause('p:paused', interval '1 hour');
-SELECT pg_sleep(0.1);
+SELECT pg_sleep(1);
 SELECT tb_acquire('p:used');                -- written just now
-SELECT tb_purge('50 ms');
+SELECT tb_purge('500 ms');  -- a stall of half a second between these two would purge p:used
 SELECT name FROM tb_buckets WHERE name LIKE 'p%' ORDER BY name;
 -- a purged key comes back full on its next use
 SELECT tb_acquire('p:idle', 2);

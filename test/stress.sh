@@ -6,14 +6,19 @@
 # own transaction, the moment it was decided (the bucket's updated_at, read
 # back under the row lock the grant holds).  Afterwards, for every bucket,
 # every grant and every window length w, the tokens granted in [t, t + w]
-# must not exceed capacity + rate x w; the hot bucket, once saturated, must
-# grant its configured rate within 1%; and no session may have seen an error
-# (a deadlock included).  Prints TAP.
+# must not exceed capacity + rate x w; the hot bucket, between two grants
+# that left it empty, must grant its configured rate to within one token
+# (so within 1% over any half second); and no session may have seen an
+# error (a deadlock included).  Prints TAP.
 #
 # The hot bucket is taken in one statement (autocommit, as most clients
 # do), so its row lock is held for no client round trip: 64 sessions then
-# ask it for far more than its rate, whatever the machine's speed; the other
-# buckets are taken inside explicit transactions.
+# ask it for far more than its rate; the other buckets are taken inside
+# explicit transactions.  Every check reads the moments the server
+# recorded, so a slow or busy machine changes what is granted, never what
+# must hold of it; a machine too slow to ask the hot bucket for twice its
+# rate, which never empties it, skips the rate check (saying how much it
+# asked) rather than fail it.
 set -euo pipefail
 : "${STRESS_SECONDS:=20}"
 DB=tb_stress
@@ -43,29 +48,53 @@ else
 	echo "not ok 2 - windows checked, overdrawn: $checked"
 fi
 
-psql -X -A -t -v ON_ERROR_STOP=1 -d "$DB" <<'SQL'
+# what pgbench asked the hot bucket for, per second, by its own count
+hot_tps=$(awk '/^SQL script [0-9]+: .*\/hot\.sql$/ { hot = 1; next }
+	hot && /transactions/ { match($0, /tps = [0-9.]+/); print substr($0, RSTART + 6, RLENGTH - 6); exit }' "$W/out")
+
+psql -X -A -t -v ON_ERROR_STOP=1 -v hot_tps="${hot_tps:-0}" -d "$DB" <<'SQL'
 SELECT CASE WHEN count(DISTINCT bucket) = 15
             THEN 'ok 3 - every recorded bucket granted something (hot, 10 cold, rpm, tpm, queue, big)'
             ELSE 'not ok 3 - only ' || count(DISTINCT bucket) || ' buckets granted anything'
        END
 FROM grants;
 
--- the hot bucket's rate once saturated: from the first grant that left it
--- empty (less than one token) to its last grant (which, saturated, leaves
--- it empty too).  Before that moment it was still full, or draining its
--- first burst, and a full bucket's refill is rightly lost.
-SELECT CASE WHEN abs(rate / 200 - 1) <= 0.01
-            THEN 'ok 4 - the saturated hot bucket granted ' || round(rate::numeric, 2)
-                 || '/s of 200/s over ' || round(seconds::numeric, 1) || ' s'
-            ELSE 'not ok 4 - the saturated hot bucket granted '
-                 || coalesce(round(rate::numeric, 2) || '/s, not 200/s, over '
-                             || round(seconds::numeric, 1) || ' s', 'nothing: it was never empty')
+-- the hot bucket's rate while demand keeps it empty.  Between two grants
+-- that each left it less than a token, with no grant between them that
+-- found it full (a full bucket's refill is rightly lost: at the start, or
+-- if every session stalled for its second of capacity), it grants exactly
+-- 200 x their distance in seconds plus the difference of what they left:
+-- within one token of 200 x distance, so within 1/distance of 200/s (1%
+-- over any half second).  Checked over the longest such span, however
+-- short a busy machine left it.  Without one the bucket was never emptied
+-- twice: a failure if pgbench asked it for twice its rate, else the
+-- machine was too slow to saturate it, and the check is skipped.
+WITH hot AS (
+	SELECT t, left_after,
+	       count(*) FILTER (WHERE left_after > 199 - 1e-6) OVER (ORDER BY t) AS stretch
+	FROM grants WHERE bucket = 'hot'),
+span AS (
+	SELECT min(t) AS first, max(t) AS last FROM hot WHERE left_after < 1
+	GROUP BY stretch HAVING max(t) > min(t) ORDER BY max(t) - min(t) DESC LIMIT 1),
+measured AS (
+	SELECT (SELECT count(*) FROM hot WHERE t > first AND t <= last) AS granted,
+	       extract(epoch FROM last - first) AS seconds
+	FROM (SELECT) AS one LEFT JOIN span ON true)
+SELECT CASE WHEN abs(granted - 200 * seconds) < 1 + 1e-6
+            THEN 'ok 4 - the hot bucket granted ' || granted || ' in the ' || round(seconds, 2)
+                 || ' s between two grants that left it empty (' || round(granted / seconds, 2)
+                 || '/s): within one token of 200/s (pgbench asked ' || round(:hot_tps, 1) || '/s)'
+            WHEN seconds > 0
+            THEN 'not ok 4 - the hot bucket granted ' || granted || ' in the ' || round(seconds, 2)
+                 || ' s between two grants that left it empty (' || round(granted / seconds, 2)
+                 || '/s): not within one token of 200/s x ' || round(seconds, 2) || ' s'
+            WHEN :hot_tps < 400
+            THEN 'ok 4 # SKIP the hot bucket was never emptied: pgbench asked it for only '
+                 || round(:hot_tps, 1) || '/s, less than twice its rate'
+            ELSE 'not ok 4 - the hot bucket was never emptied, though pgbench asked it for '
+                 || round(:hot_tps, 1) || '/s'
        END
-FROM (SELECT (SELECT sum(cost) FROM grants WHERE bucket = 'hot' AND t > saturated)
-             / extract(epoch FROM last - saturated) AS rate,
-             extract(epoch FROM last - saturated) AS seconds
-      FROM (SELECT min(t) FILTER (WHERE left_after < 1) AS saturated, max(t) AS last
-            FROM grants WHERE bucket = 'hot') AS span) AS hot;
+FROM measured;
 
 SELECT CASE WHEN count(*) > 0 AND count(*) FILTER (WHERE template = 'user:*') = count(*)
             THEN 'ok 5 - ' || count(*) || ' per-user buckets made from the template, one each'
