@@ -17,6 +17,12 @@ SELECT granted, round(remaining::numeric, 1) AS remaining,
        reset_after_seconds BETWEEN 5300 AND 5400 AS reset_after_an_hour_and_a_half
 FROM tb_peek('look', 3);
 SELECT granted, round(remaining::numeric, 1) AS remaining FROM tb_peek('look');
+-- peeking then trying gives the same answer (remaining: after the take)
+SELECT tb_create('twin', 5, 1, '1 hour');
+SELECT p.granted AND t.granted AS both_granted,
+       abs(p.remaining - 3) < 0.01 AND abs(t.remaining - 3) < 0.01 AS both_left_3,
+       abs(p.reset_after_seconds - t.reset_after_seconds) < 1 AS same_reset
+FROM tb_peek('twin', 2) AS p, LATERAL tb_try('twin', 2) AS t;
 SELECT xmin AS row_version FROM tb_buckets WHERE name = 'look' \gset
 -- and it writes nothing: no new row version, no transaction id
 BEGIN;

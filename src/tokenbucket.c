@@ -401,21 +401,23 @@ PG_FUNCTION_INFO_V1(tb_peek);
 
 /*
  * tb_peek(name, cost): tb_try's answer without taking anything: the
- * decision cost tokens would get now, and the rest of the row.  It locks
- * and writes nothing (a template-made bucket is not made), so it also
- * works on a standby.
+ * decision cost tokens would get now, and the tokens and waits tb_try
+ * would report after it (taken on a copy of the bucket).  It locks and
+ * writes nothing (a template-made bucket is not made), so it also works
+ * on a standby.
  */
 Datum
 tb_peek(PG_FUNCTION_ARGS)
 {
 	Request		request = request_from(PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1));
 	TimestampTz now = GetCurrentTimestamp();
+	bool		granted;
 
 	store_connect(false);
 	store_peek(fcinfo, &request, now);
 	store_finish();
-	PG_RETURN_DATUM(report_datum(fcinfo, &request,
-								 bucket_holds(&request.bucket, request.cost, now), now));
+	granted = bucket_take(&request.bucket, request.cost, now);
+	PG_RETURN_DATUM(report_datum(fcinfo, &request, granted, now));
 }
 
 PG_FUNCTION_INFO_V1(tb_acquire_wait);
