@@ -17,4 +17,5 @@ say "$EXAMPLE_REQUESTS concurrent requests, each awaiting tb_acquire_wait"
 /usr/bin/python3 "$TOP/examples/asyncio/client.py" \
 	--dsn "postgresql://postgres@/postgres?host=$PGHOST&port=$PGPORT" \
 	--provider "$PROVIDER_URL" --requests "$EXAMPLE_REQUESTS" \
-	--rpm "$(awk -v r="$PROVIDER_RPS" 'BEGIN {print r * 0.95}')" --window 1
+	--rpm "$(awk -v r="$PROVIDER_RPS" 'BEGIN {print r * 0.9}')" \
+	--burst "$(awk -v r="$PROVIDER_RPS" 'BEGIN {print r * 0.5}')" --window 1
