@@ -20,18 +20,7 @@ trap 'psql -X -q -d "$DB" -c "ROLLBACK PREPARED '"'"'tb_locks'"'"'" >/dev/null 2
 	kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true
 	rm -rf "$WORK"; dropdb --if-exists --force "$DB" >/dev/null 2>&1 || true' EXIT
 
-q() { psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
-n=0
-# check DESCRIPTION CONDITION-IN-SQL
-check() {
-	n=$((n + 1))
-	if [ "$(q -c "SELECT ($2)::text")" = true ]; then
-		echo "ok $n - $1"
-	else
-		echo "not ok $n - $1"
-		echo "#   failed: $2"
-	fi
-}
+source "$(dirname "$0")/checks.sh"
 # wait_until CONDITION-IN-SQL: poll (at most 30 s) until it holds
 wait_until() {
 	for _ in $(seq 300); do

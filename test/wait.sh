@@ -34,17 +34,7 @@ LATE=200	# ms after the moment: a grant (1-2), a timeout (3)
 ENDS=500	# ms after the cancel (4), after the statement_timeout (5)
 CPU=50		# ms of CPU in 2 s of waiting (9); it needs a few
 
-q() { psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
-n=0
-check() {	# check DESCRIPTION CONDITION-IN-SQL
-	n=$((n + 1))
-	if [ "$(q -c "SELECT ($2)::text")" = true ]; then
-		echo "ok $n - $1"
-	else
-		echo "not ok $n - $1"
-		echo "#   failed: $2"
-	fi
-}
+source "$(dirname "$0")/checks.sh"
 # session NAME: a psql kept open on the fifo $WORK/NAME.in (write to it on
 # fd 3), its output in $WORK/NAME.out.  Its backend outlives an error, so
 # pg_stat_activity keeps when the failed statement started and ended.
