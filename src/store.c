@@ -179,6 +179,15 @@ check_version(void)
 				 errhint("Run ALTER EXTENSION tokenbucket UPDATE in this database.")));
 }
 
+/* Whether "name" is a template's: it ends in '*'. */
+bool
+is_template_name(text *name)
+{
+	int			len = VARSIZE_ANY_EXHDR(name);
+
+	return len > 0 && VARDATA_ANY(name)[len - 1] == '*';
+}
+
 /*
  * The error for a call whose extension objects are gone (DROP EXTENSION or
  * DROP SCHEMA in another session while this one held a reference).
@@ -203,8 +212,7 @@ static SPIPlanPtr
 get_plan(PlanId id, FunctionCallInfo fcinfo)
 {
 	Oid			schema = get_func_namespace(fcinfo->flinfo->fn_oid);
-	char	   *nspname = OidIsValid(schema) ? get_namespace_name(schema) : NULL;
-	Oid			table = nspname ? get_relname_relid("tb_buckets", schema) : InvalidOid;
+	Oid			table = OidIsValid(schema) ? get_relname_relid("tb_buckets", schema) : InvalidOid;
 
 	if (!OidIsValid(table))
 		report_dropped();
@@ -224,9 +232,14 @@ get_plan(PlanId id, FunctionCallInfo fcinfo)
 	if (plans[id] == NULL)
 	{
 		const PlanDef *def = &plan_defs[id];
-		char	   *sql = psprintf(def->sql, quote_identifier(nspname));
-		SPIPlanPtr	plan = SPI_prepare(sql, def->nargs, (Oid *) def->argtypes);
+		char	   *nspname = get_namespace_name(schema);
+		char	   *sql;
+		SPIPlanPtr	plan;
 
+		if (nspname == NULL)
+			report_dropped();
+		sql = psprintf(def->sql, quote_identifier(nspname));
+		plan = SPI_prepare(sql, def->nargs, (Oid *) def->argtypes);
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
 				 sql, SPI_result_code_string(SPI_result));
@@ -304,7 +317,7 @@ find_template(FunctionCallInfo fcinfo, text *name, TimestampTz now,
 	TupleDesc	desc;
 	bool		isnull;
 
-	if (VARSIZE_ANY_EXHDR(name) == 0 || VARDATA_ANY(name)[VARSIZE_ANY_EXHDR(name) - 1] == '*' ||
+	if (VARSIZE_ANY_EXHDR(name) == 0 || is_template_name(name) ||
 		run_plan(PLAN_TEMPLATE, fcinfo, args, NULL) == 0)
 		return false;
 
@@ -669,7 +682,7 @@ store_delete(FunctionCallInfo fcinfo, text *name)
 	Datum		args[1] = {PointerGetDatum(name)};
 	bool		deleted = run_plan(PLAN_DELETE, fcinfo, args, NULL) > 0;
 
-	if (deleted && VARSIZE_ANY_EXHDR(name) > 0 && VARDATA_ANY(name)[VARSIZE_ANY_EXHDR(name) - 1] == '*')
+	if (deleted && is_template_name(name))
 		(void) run_plan(PLAN_DELETE_MADE, fcinfo, args, NULL);
 	return deleted;
 }

@@ -71,15 +71,6 @@ check_name(text *name, int sqlstate)
 						BUCKET_NAME_MAX_BYTES, VARSIZE_ANY_EXHDR(name))));
 }
 
-/* Whether "name" is a template's: it ends in '*'. */
-static bool
-is_template_name(text *name)
-{
-	int			len = VARSIZE_ANY_EXHDR(name);
-
-	return len > 0 && VARDATA_ANY(name)[len - 1] == '*';
-}
-
 /*
  * Reject a name that cannot be a bucket's: empty, too long, or a
  * template's.  A template only makes buckets; spending from it, giving to

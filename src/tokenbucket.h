@@ -24,6 +24,7 @@ typedef struct Request
 } Request;
 
 /* store.c: the table, through SPI on kept plans (callers connect SPI) */
+extern bool is_template_name(text *name);
 extern void store_check_primary(void);
 extern void store_connect(bool writes);
 extern void store_finish(void);
