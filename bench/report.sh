@@ -18,7 +18,7 @@ printf '%-8s %-16s %-5s %9s %9s %9s %8s %8s %9s\n' scenario implementation sync 
 printf '%-8s %-16s %-5s %9s %9s %9s %8s %8s %9s\n' "" "" "" "" "" "" "(c=8)" "(c=8)" "(c=8)"
 for sync in on off n/a; do
 	for s in select1 10k hot 1m empty all; do
-		for i in ceiling tokenbucket A_plpgsql B_plain_update C_redis_lua; do
+		for i in ceiling tokenbucket tokenbucket_memory A_plpgsql B_plain_update C_redis_lua; do
 			t8=$(value 5 $s $i $sync 8)
 			[ -n "$t8" ] || continue
 			printf '%-8s %-16s %-5s %9s %9s %9s %8s %8s %9s\n' $s $i $sync \
@@ -44,6 +44,20 @@ for sync in off on; do
 	printf '  sync %-3s  tokenbucket/Redis+Lua over 10k keys %s (no target)\n' $sync \
 		"$(ratio "$tb" "$(value 5 10k C_redis_lua n/a 8)")"
 done
+echo "Memory buckets (issue 13):"
+for sync in off on; do
+	for c in 8 32; do
+		m=$(value 5 10k tokenbucket_memory $sync $c)
+		printf '  sync %-3s  c=%-2s 10k: memory/SELECT 1 %s (>= 0.85), memory/Redis+Lua %s (>= 1.2)\n' $sync $c \
+			"$(ratio "$m" "$(value 5 select1 ceiling $sync $c)")" "$(ratio "$m" "$(value 5 10k C_redis_lua n/a $c)")"
+	done
+	printf '  sync %-3s  hot memory: 32 clients/8 clients %s (>= 0.9), memory/table at 32 clients %s (>= 10 with sync on)\n' $sync \
+		"$(ratio "$(value 5 hot tokenbucket_memory $sync 32)" "$(value 5 hot tokenbucket_memory $sync 8)")" \
+		"$(ratio "$(value 5 hot tokenbucket_memory $sync 32)" "$(value 5 hot tokenbucket $sync 32)")"
+	printf '  sync %-3s  memory: %s WAL bytes/grant (0), 1M/10k buckets %s (>= 0.9)\n' $sync \
+		"$(value 8 10k tokenbucket_memory $sync 8)" \
+		"$(ratio "$(value 5 1m tokenbucket_memory $sync 8)" "$(value 5 10k tokenbucket_memory $sync 8)")"
+done
 
 # the plot: transactions per second by clients, a panel per scenario
 command -v gnuplot >/dev/null || exit 0
@@ -52,7 +66,7 @@ trap 'rm -rf "$DATA"' EXIT
 plots=()
 for s in select1 10k hot 1m empty all; do
 	lines=()
-	for i in ceiling tokenbucket A_plpgsql B_plain_update C_redis_lua; do
+	for i in ceiling tokenbucket tokenbucket_memory A_plpgsql B_plain_update C_redis_lua; do
 		for sync in off on n/a; do
 			f="$DATA/$s.$i.${sync//\//}"
 			awk -F, -v s=$s -v i=$i -v y=$sync '$1 == s && $2 == i && $3 == y {print $4, $5}' "$CSV" >"$f"

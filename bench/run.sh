@@ -10,6 +10,10 @@
 #      its own table: the ceiling for one row per bucket
 #   C  Redis with a Lua token bucket, called by EVALSHA (redis-benchmark)
 #
+# tokenbucket runs each scenario twice: on table buckets (tokenbucket) and
+# on memory buckets (tokenbucket_memory: the same calls on buckets made
+# with memory => true, the library preloaded).
+#
 # Writes bench/results.csv and bench/results.png and prints a table.
 # BENCH_SECONDS sets each run's length (default 10).  Not a test: nothing
 # here fails on a speed.
@@ -27,7 +31,8 @@ TB_SERVER_CONF="fsync = on
 shared_buffers = 512MB
 max_wal_size = 8GB
 checkpoint_timeout = 30min
-autovacuum_naptime = 10s"
+autovacuum_naptime = 10s
+tokenbucket.max_memory_buckets = 1100000"
 tb_start_server
 
 REDIS_PORT=$((PGPORT + 1))
@@ -53,15 +58,18 @@ echo "SELECT 1;" >"$W/select1.ceiling.sql"
 for s in 10k 1m; do
 	n=10000; [ $s = 1m ] && n=1000000
 	printf '\\set k random(1, %d)\nSELECT tb_acquire(%s);\n' $n "'k' || :k" >"$W/$s.tokenbucket.sql"
+	printf '\\set k random(1, %d)\nSELECT tb_acquire(%s);\n' $n "'m:' || :k" >"$W/$s.tokenbucket_memory.sql"
 	printf '\\set k random(1, %d)\nSELECT plpgsql_acquire(%s);\n' $n "'k' || :k" >"$W/$s.A_plpgsql.sql"
 	printf '\\set k random(1, %d)\n%s\n' $n "$(plain_update "'k' || :k")" >"$W/$s.B_plain_update.sql"
 done
 for s in hot empty; do
 	echo "SELECT tb_acquire('$s');" >"$W/$s.tokenbucket.sql"
+	echo "SELECT tb_acquire('m$s');" >"$W/$s.tokenbucket_memory.sql"
 	echo "SELECT plpgsql_acquire('$s');" >"$W/$s.A_plpgsql.sql"
 	plain_update "'$s'" >"$W/$s.B_plain_update.sql"
 done
 echo "SELECT tb_acquire_all('{rpm,tpm}', '{1,100}');" >"$W/all.tokenbucket.sql"
+echo "SELECT tb_acquire_all('{mrpm,mtpm}', '{1,100}');" >"$W/all.tokenbucket_memory.sql"
 echo "SELECT plpgsql_acquire_all('{rpm,tpm}', '{1,100}');" >"$W/all.A_plpgsql.sql"
 # the empty bucket of A and B never refills either
 for db in bench bench1m; do
@@ -104,13 +112,14 @@ say "PostgreSQL: $BENCH_SECONDS s per run"
 for sync in on off; do
 	for c in "${CLIENTS[@]}"; do
 		run_pg select1 ceiling bench $sync "$c"
-		for impl in tokenbucket A_plpgsql B_plain_update; do
+		for impl in tokenbucket tokenbucket_memory A_plpgsql B_plain_update; do
 			run_pg 10k $impl bench $sync "$c"
 			run_pg hot $impl bench $sync "$c"
 			run_pg 1m $impl bench1m $sync "$c"
 			run_pg empty $impl bench $sync "$c"
 		done
 		run_pg all tokenbucket bench $sync "$c"
+		run_pg all tokenbucket_memory bench $sync "$c"
 		run_pg all A_plpgsql bench $sync "$c"
 	done
 done

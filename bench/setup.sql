@@ -10,6 +10,17 @@ INSERT INTO tb_buckets (name, capacity, refill_rate) VALUES
 	('hot', 1e9, 1e9), ('rpm', 1e9, 1e9), ('tpm', 1e9, 1e9);
 INSERT INTO tb_buckets (name, capacity, refill_rate, deficit) VALUES ('empty', 1, 1e-9, 1);
 
+-- The same as memory buckets: per-key ones from a template (no rows), named
+-- ones for the rest.  Each key is used once here, so that the runs measure
+-- the buckets in use, not their first call (which reads the template).
+SELECT tb_create('m:*', 1e9, 1e9, memory => true), tb_create('mhot', 1e9, 1e9, memory => true),
+       tb_create('mrpm', 1e9, 1e9, memory => true), tb_create('mtpm', 1e9, 1e9, memory => true),
+       tb_create('mempty', 1, 1e-9, memory => true);
+SELECT tb_acquire('mempty');
+SELECT pg_catalog.format('SELECT count(tb_acquire(''m:'' || i)) FROM generate_series(%s, %s) AS i',
+                         lo, least(lo + 9999, :nbuckets))
+FROM generate_series(1, :nbuckets, 10000) AS lo \gexec
+
 -- Alternatives A and B keep their own table, as their authors would: the
 -- level and when it was last refilled, a primary key, nothing else.
 CREATE TABLE plain_buckets (

@@ -71,6 +71,8 @@ port = $PGPORT
 unix_socket_directories = '$TB_TMP'
 max_connections = 120
 max_prepared_transactions = 10
+shared_preload_libraries = 'tokenbucket'
+tokenbucket.max_memory_buckets = 20000
 fsync = off
 log_min_messages = warning
 ${TB_SERVER_CONF:-}

@@ -1,7 +1,7 @@
 --
--- upgrade: 1.0 updated to 1.1 and then 1.2 keeps its buckets and gives
--- exactly the objects of a fresh install; grants made on the functions 1.2
--- replaces are kept.
+-- upgrade: 1.0 updated to 1.1, 1.2 and then 1.3 keeps its buckets and
+-- gives exactly the objects of a fresh install; grants made on the
+-- functions 1.2 and 1.3 replace are kept.
 --
 -- buckets made under 1.0 (plain SQL: this library is 1.1's)
 CREATE EXTENSION tokenbucket VERSION '1.0';
@@ -24,18 +24,25 @@ GRANT EXECUTE ON FUNCTION tb_pause(text, timestamptz) TO regress_tb_upgrade_work
 
 ALTER EXTENSION tokenbucket UPDATE TO '1.2';
 SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
+
+-- under 1.2, a DBA let a role make buckets
+GRANT EXECUTE ON FUNCTION tb_create(text, float8, float8, interval) TO regress_tb_upgrade_worker;
+
+ALTER EXTENSION tokenbucket UPDATE TO '1.3';
+SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 SELECT tb_acquire('kept', 5), tb_acquire('half', 2), tb_acquire('half');
 SELECT tb_acquire_all('{kept,half}'), round(tb_refund('kept', 1)::numeric, 2);
+SELECT name, memory FROM tb_status ORDER BY name;
 
 -- the replaced functions keep those grants; what gives tokens is not PUBLIC
 SELECT p.oid::regprocedure AS function,
        has_function_privilege('regress_tb_upgrade_worker', p.oid, 'EXECUTE') AS worker,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public
 FROM pg_proc p
-WHERE p.proname IN ('tb_try', 'tb_pause_until', 'tb_pause', 'tb_refund', 'tb_try_all')
-ORDER BY 1::text;
+WHERE p.proname IN ('tb_try', 'tb_pause_until', 'tb_pause', 'tb_refund', 'tb_try_all', 'tb_create')
+ORDER BY p.oid::regprocedure::text;
 
--- and the objects are those of a fresh 1.1 install
+-- and the objects are those of a fresh install
 -- objects(): every member object of the extension, with its definition,
 -- comment and privileges, in a form two installs can be compared in
 CREATE FUNCTION pg_temp.objects() RETURNS SETOF text LANGUAGE sql AS $$
@@ -66,6 +73,9 @@ CREATE FUNCTION pg_temp.objects() RETURNS SETOF text LANGUAGE sql AS $$
 	SELECT 'index ' || pg_get_indexdef(indexrelid) FROM pg_index
 	WHERE indrelid = 'tb_buckets'::regclass
 	UNION ALL
+	SELECT 'trigger ' || pg_get_triggerdef(oid) FROM pg_trigger
+	WHERE tgrelid = 'tb_buckets'::regclass
+	UNION ALL
 	SELECT 'config ' || extconfig::regclass[]::text || ' ' || extcondition::text
 	FROM pg_extension WHERE extname = 'tokenbucket'
 $$;
@@ -73,6 +83,7 @@ $$;
 -- (the grants made above are the DBA's, not the install's)
 REVOKE EXECUTE ON FUNCTION tb_try(text, float8) FROM regress_tb_upgrade_worker;
 REVOKE EXECUTE ON FUNCTION tb_pause_until(text, timestamptz) FROM regress_tb_upgrade_worker;
+REVOKE EXECUTE ON FUNCTION tb_create(text, float8, float8, interval, boolean) FROM regress_tb_upgrade_worker;
 GRANT EXECUTE ON FUNCTION tb_try(text, float8) TO PUBLIC;
 CREATE TEMP TABLE upgraded AS SELECT * FROM pg_temp.objects() AS o(object);
 SELECT count(*) > 30 AS many_objects FROM upgraded;

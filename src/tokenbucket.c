@@ -3,10 +3,11 @@
  * tokenbucket.c
  *	  SQL entry points: checking arguments, and reporting decisions.
  *
- * Each entry point reads the clock once, hands the table work to store.c
- * (and the waiting to wait.c), and leaves the arithmetic to bucket.c.  The
+ * Each entry point reads the clock once, hands the buckets to the table
+ * store (table_store.c, which sends memory buckets on to memory_store.c),
+ * the waiting to wait.c, and leaves the arithmetic to bucket.c.  The
  * functions are SECURITY DEFINER with search_path = pg_catalog, pg_temp in
- * the install script, and store.c qualifies every name it uses.
+ * the install script, and table_store.c qualifies every name it uses.
  *
  * src/tokenbucket.c
  *
@@ -29,6 +30,15 @@
 #include "utils/tuplestore.h"
 
 PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+/* Module load: memory buckets, when the library is preloaded. */
+void
+_PG_init(void)
+{
+	memory_init();
+}
 
 /* Longest name: well inside what a btree index entry may hold. */
 #define BUCKET_NAME_MAX_BYTES 1024
@@ -307,13 +317,29 @@ request_from(text *name, double cost)
 	return request;
 }
 
-/* Take a request now: the decision, without waiting. */
+/*
+ * Take a request now: the decision, without waiting.  When every bucket
+ * named is a memory bucket with an entry, it is made without SPI.
+ */
 static bool
 take_now(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 		 TimestampTz now)
 {
 	bool		granted;
 
+	if (memory_enabled())
+	{
+		Oid			relid = store_checked_relid(fcinfo);
+
+		if (OidIsValid(relid) &&
+			memory_take_all(relid, requests, nrequests, now, &granted))
+		{
+			if (!granted)
+				for (int i = 0; i < nrequests; i++)
+					store_check_cost(&requests[i]);
+			return granted;
+		}
+	}
 	store_connect(true);
 	granted = store_take_all(fcinfo, requests, nrequests, now);
 	store_finish();
@@ -464,6 +490,33 @@ tb_acquire_all_wait(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(wait_and_take(fcinfo, requests, n, deadline));
 }
 
+/*
+ * Set up a set-returning function's result as a tuplestore of its row
+ * type, in the query's memory; *desc is that type.
+ */
+Tuplestorestate *
+materialize_begin(FunctionCallInfo fcinfo, TupleDesc *desc)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MemoryContext oldcontext;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		(rsinfo->allowedModes & SFRM_Materialize) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	if (get_call_result_type(fcinfo, NULL, desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	oldcontext = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	*desc = CreateTupleDescCopy(*desc);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = tuplestore_begin_heap(true, false, work_mem);
+	rsinfo->setDesc = *desc;
+	MemoryContextSwitchTo(oldcontext);
+	return rsinfo->setResult;
+}
+
 /* Order requests back into the caller's order. */
 static int
 request_position_cmp(const void *a, const void *b)
@@ -482,22 +535,12 @@ PG_FUNCTION_INFO_V1(tb_try_all);
 Datum
 tb_try_all(PG_FUNCTION_ARGS)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	TupleDesc	desc;
-	Tuplestorestate *store;
-	MemoryContext oldcontext;
+	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
 	Request    *requests = NULL;
 	int			n;
 	bool		granted = false;
 	TimestampTz now = GetCurrentTimestamp();
-
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
-		(rsinfo->allowedModes & SFRM_Materialize) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("set-valued function called in context that cannot accept a set")));
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
 
 	/* NULL names: no rows */
 	n = 0;
@@ -508,11 +551,6 @@ tb_try_all(PG_FUNCTION_ARGS)
 		qsort(requests, n, sizeof(Request), request_position_cmp);
 	}
 
-	oldcontext = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	desc = CreateTupleDescCopy(desc);
-	store = tuplestore_begin_heap(true, false, work_mem);
-	MemoryContextSwitchTo(oldcontext);
-
 	for (int i = 0; i < n; i++)
 	{
 		Datum		values[1 + REPORT_COLUMNS];
@@ -522,21 +560,16 @@ tb_try_all(PG_FUNCTION_ARGS)
 		report_values(&requests[i], granted, now, values + 1);
 		tuplestore_putvalues(store, desc, values, nulls);
 	}
-
-	rsinfo->returnMode = SFRM_Materialize;
-	rsinfo->setResult = store;
-	rsinfo->setDesc = desc;
 	return (Datum) 0;
 }
 
 /*
- * Lock a bucket, let "change" alter its state at "now", write it back, and
- * return the tokens it holds afterwards.  Every write that is not a grant
- * goes through here.
+ * Let "change" alter a bucket's state now (store_update()), and return the
+ * tokens it holds afterwards.  Every change that is not a grant or a new
+ * setting goes through here.
  */
 static double
-update_bucket(FunctionCallInfo fcinfo, text *name,
-			  void (*change) (Bucket *bucket, TimestampTz now, const void *arg),
+update_bucket(FunctionCallInfo fcinfo, text *name, BucketChange change,
 			  const void *arg)
 {
 	TimestampTz now = GetCurrentTimestamp();
@@ -544,14 +577,7 @@ update_bucket(FunctionCallInfo fcinfo, text *name,
 
 	check_bucket_name(name);
 	store_connect(true);
-	store_lock(fcinfo, name, &bucket);
-	change(&bucket, now, arg);
-	if (!isfinite(bucket.deficit))
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("debt of token bucket \"%s\" out of range", text_to_cstring(name)),
-				 errdetail("Taking that many more tokens would put the bucket in a debt float8 cannot hold.")));
-	store_write(fcinfo, name, &bucket);
+	bucket = store_update(fcinfo, name, change, arg, now);
 	store_finish();
 	return bucket_tokens_at(&bucket, now);
 }
@@ -568,6 +594,15 @@ static void
 change_lower(Bucket *bucket, TimestampTz now, const void *tokens)
 {
 	bucket_lower_to(bucket, *(const double *) tokens, now);
+}
+
+/* update_bucket() change: full, and not paused. */
+static void
+change_reset(Bucket *bucket, TimestampTz now, const void *unused)
+{
+	bucket->deficit = 0;
+	bucket->paused_until = DT_NOBEGIN;
+	bucket->updated_at = Max(bucket->updated_at, now);
 }
 
 /* update_bucket() change: no grants before "until" (a longer pause stays). */
@@ -694,7 +729,10 @@ tb_purge(PG_FUNCTION_ARGS)
 
 PG_FUNCTION_INFO_V1(tb_create);
 
-/* tb_create(name, capacity, refill, per): a new bucket, full. */
+/*
+ * tb_create(name, capacity, refill, per, memory): a new bucket, full; with
+ * memory, its tokens are kept in shared memory.
+ */
 Datum
 tb_create(PG_FUNCTION_ARGS)
 {
@@ -708,7 +746,8 @@ tb_create(PG_FUNCTION_ARGS)
 	rate = refill_rate_from(PG_GETARG_FLOAT8(2), PG_GETARG_INTERVAL_P(3));
 
 	store_connect(true);
-	created = store_insert(fcinfo, name, capacity, rate, GetCurrentTimestamp());
+	created = store_insert(fcinfo, name, capacity, rate,
+						   PG_NARGS() > 4 && PG_GETARG_BOOL(4), GetCurrentTimestamp());
 	store_finish();
 	if (!created)
 		ereport(ERROR,
@@ -716,25 +755,6 @@ tb_create(PG_FUNCTION_ARGS)
 				 errmsg("token bucket \"%s\" already exists", text_to_cstring(name)),
 				 errhint("Change its settings with tb_alter(), or remove it with tb_drop().")));
 	PG_RETURN_VOID();
-}
-
-/* New settings for tb_alter(); NaN for "keep". */
-typedef struct Settings
-{
-	double		capacity;
-	double		refill_rate;
-} Settings;
-
-/* update_bucket() change: the new settings, keeping the tokens held. */
-static void
-change_settings(Bucket *bucket, TimestampTz now, const void *arg)
-{
-	const Settings *settings = arg;
-
-	bucket_reconfigure(bucket,
-					   isnan(settings->capacity) ? bucket->capacity : settings->capacity,
-					   isnan(settings->refill_rate) ? bucket->refill_rate : settings->refill_rate,
-					   now);
 }
 
 PG_FUNCTION_INFO_V1(tb_alter);
@@ -748,7 +768,8 @@ Datum
 tb_alter(PG_FUNCTION_ARGS)
 {
 	text	   *name;
-	Settings	settings = {NAN, NAN};
+	double		capacity = NAN;		/* NaN: keep */
+	double		refill_rate = NAN;
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_NULL();
@@ -756,8 +777,8 @@ tb_alter(PG_FUNCTION_ARGS)
 
 	if (!PG_ARGISNULL(1))
 	{
-		settings.capacity = PG_GETARG_FLOAT8(1);
-		check_number("capacity", settings.capacity, true);
+		capacity = PG_GETARG_FLOAT8(1);
+		check_number("capacity", capacity, true);
 	}
 	if (!PG_ARGISNULL(3) && PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -769,8 +790,8 @@ tb_alter(PG_FUNCTION_ARGS)
 	{
 		Interval	one_second = {.time = USECS_PER_SEC};
 
-		settings.refill_rate = refill_rate_from(PG_GETARG_FLOAT8(2),
-												PG_ARGISNULL(3) ? &one_second : PG_GETARG_INTERVAL_P(3));
+		refill_rate = refill_rate_from(PG_GETARG_FLOAT8(2),
+									   PG_ARGISNULL(3) ? &one_second : PG_GETARG_INTERVAL_P(3));
 	}
 
 	check_name(name, ERRCODE_INVALID_PARAMETER_VALUE);
@@ -778,20 +799,7 @@ tb_alter(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(1) && PG_ARGISNULL(2))
 		store_require(fcinfo, name);	/* nothing to change: does it exist? */
 	else
-	{
-		TimestampTz now = GetCurrentTimestamp();
-		Bucket		bucket;
-
-		store_lock(fcinfo, name, &bucket);
-		change_settings(&bucket, now, &settings);
-		/* a template's new settings are every user's: apply them to all */
-		if (is_template_name(name))
-		{
-			bucket.deficit = 0;		/* a template is always full */
-			(void) store_alter_made(fcinfo, name, &bucket, now);
-		}
-		store_write(fcinfo, name, &bucket);
-	}
+		store_alter(fcinfo, name, capacity, refill_rate, GetCurrentTimestamp());
 	store_finish();
 	PG_RETURN_VOID();
 }
@@ -802,10 +810,7 @@ PG_FUNCTION_INFO_V1(tb_reset);
 Datum
 tb_reset(PG_FUNCTION_ARGS)
 {
-	check_bucket_name(PG_GETARG_TEXT_PP(0));
-	store_connect(true);
-	store_reset(fcinfo, PG_GETARG_TEXT_PP(0), GetCurrentTimestamp());
-	store_finish();
+	(void) update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_reset, NULL);
 	PG_RETURN_VOID();
 }
 

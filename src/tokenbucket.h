@@ -13,6 +13,7 @@
 #include "bucket.h"
 #include "fmgr.h"
 #include "utils/resowner.h"
+#include "utils/tuplestore.h"
 
 /* One bucket of a request, and what the decision found in it. */
 typedef struct Request
@@ -23,9 +24,19 @@ typedef struct Request
 	Bucket		bucket;			/* state after the decision */
 } Request;
 
-/* store.c: the table, through SPI on kept plans (callers connect SPI) */
+/* Longest name of a memory bucket (its entry holds it in a fixed space). */
+#define MEMORY_NAME_MAX_BYTES 128
+
+/* A change to a bucket's state at "now", for store_update(). */
+typedef void (*BucketChange) (Bucket *bucket, TimestampTz now, const void *arg);
+
+/* table_store.c: tb_buckets through SPI on kept plans (callers connect
+ * SPI), and the routing of each call to the store holding its bucket */
 extern bool is_template_name(text *name);
+extern Oid	store_relid(FunctionCallInfo fcinfo);
+extern Oid	store_checked_relid(FunctionCallInfo fcinfo);
 extern void store_check_primary(void);
+extern void store_check_cost(const Request *request);
 extern void store_connect(bool writes);
 extern void store_finish(void);
 extern bool store_take(FunctionCallInfo fcinfo, Request *request,
@@ -34,19 +45,44 @@ extern void store_peek(FunctionCallInfo fcinfo, Request *request,
 					   TimestampTz now);
 extern bool store_take_all(FunctionCallInfo fcinfo, Request *requests,
 						   int nrequests, TimestampTz now);
-extern void store_lock(FunctionCallInfo fcinfo, text *name, Bucket *bucket);
-extern void store_write(FunctionCallInfo fcinfo, text *name,
-						const Bucket *bucket);
-extern uint64 store_alter_made(FunctionCallInfo fcinfo, text *name,
-							   const Bucket *bucket, TimestampTz now);
+extern Bucket store_update(FunctionCallInfo fcinfo, text *name,
+						   BucketChange change, const void *arg,
+						   TimestampTz now);
+extern void store_alter(FunctionCallInfo fcinfo, text *name, double capacity,
+						double refill_rate, TimestampTz now);
 extern void store_require(FunctionCallInfo fcinfo, text *name);
-extern void store_reset(FunctionCallInfo fcinfo, text *name, TimestampTz now);
 extern bool store_insert(FunctionCallInfo fcinfo, text *name, double capacity,
-						 double refill_rate, TimestampTz now);
+						 double refill_rate, bool memory, TimestampTz now);
 extern bool store_delete(FunctionCallInfo fcinfo, text *name);
 extern uint64 store_purge(FunctionCallInfo fcinfo, TimestampTz idle_since,
 						  TimestampTz now);
 extern ErrorData *subxact_abort(MemoryContext oldcontext, ResourceOwner oldowner);
+
+/* memory_store.c: buckets whose tokens live in shared memory */
+extern void memory_init(void);
+extern bool memory_enabled(void);
+extern void memory_require(void);
+extern bool memory_take(Oid relid, Request *request, TimestampTz now,
+						bool *granted);
+extern bool memory_peek(Oid relid, Request *request);
+extern void memory_absent(Request *request, const Bucket *settings,
+						  TimestampTz now);
+extern bool memory_take_all(Oid relid, Request *requests, int nrequests,
+							TimestampTz now, bool *granted);
+extern uint64 memory_changes(void);
+extern bool memory_make(Oid relid, text *name, const Bucket *settings,
+						int template_len, uint64 changes_seen);
+extern bool memory_change(Oid relid, text *name, BucketChange change,
+						  const void *arg, TimestampTz now, Bucket *after);
+extern bool memory_watch(Oid relid, text *name, bool on);
+extern bool memory_drop(Oid relid, text *name);
+extern bool memory_alter(Oid relid, text *name, double capacity,
+						 double refill_rate);
+extern uint64 memory_purge(Oid relid, TimestampTz idle_since, TimestampTz now);
+
+/* tokenbucket.c */
+extern Tuplestorestate *materialize_begin(FunctionCallInfo fcinfo,
+										  TupleDesc *desc);
 
 /* wait.c: waiting in arrival order until a request can be granted */
 extern bool wait_and_take(FunctionCallInfo fcinfo, Request *requests,

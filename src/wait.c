@@ -8,9 +8,11 @@
  * users' pg_advisory_lock never sets).  The lock manager grants it in
  * arrival order, so only the oldest waiter tries to take tokens: a waiter
  * that needs many is not starved by later ones that need few.  The head of
- * the queue sleeps on its latch until the moment its tokens will be there
- * (re-checking at least every second, in case of a refund or a new rate),
- * holding no lock on the bucket's row meanwhile.  Cancellation and
+ * the queue sleeps on its latch until the moment its tokens will be there,
+ * holding no lock on the bucket's row meanwhile.  A memory bucket sets the
+ * latch of its head waiter when anything gives it tokens or changes its
+ * settings; a table bucket's head looks again at least every second, in
+ * case of a refund or a new rate.  Cancellation and
  * statement_timeout interrupt both waits with the usual errors, and the
  * queue lock, being transaction-level, goes with the transaction if the
  * waiter fails.
@@ -142,21 +144,37 @@ queue_join(LOCKTAG *tag, TimestampTz deadline)
 	return run_until(deadline, queue_lock_step, tag, &timed_out);
 }
 
-/* Sleep on the latch until "until", answering interrupts; no CPU is used. */
+/*
+ * Sleep on the latch until "until" or until it is set, answering
+ * interrupts; no CPU is used.
+ */
 static void
 sleep_until(TimestampTz until)
 {
-	for (;;)
-	{
-		TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = GetCurrentTimestamp();
 
-		CHECK_FOR_INTERRUPTS();
-		if (now >= until)
-			return;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 (long) ((until - now + 999) / 1000), PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-	}
+	CHECK_FOR_INTERRUPTS();
+	if (now >= until)
+		return;
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 (long) ((until - now + 999) / 1000), PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+/*
+ * Be (or stop being) the waiter a change to each memory bucket of the
+ * request wakes.  True when every bucket is a memory bucket.
+ */
+static bool
+watch(FunctionCallInfo fcinfo, Request *requests, int nrequests, bool on)
+{
+	Oid			relid = store_relid(fcinfo);
+	bool		all = true;
+
+	for (int i = 0; i < nrequests; i++)
+		all &= memory_watch(relid, requests[i].name, on);
+	return all;
 }
 
 /* One attempt at taking every request of a waiter, at "now". */
@@ -214,6 +232,8 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 	ResourceOwner oldowner = CurrentResourceOwner;
 	int			joined;
 	bool		granted = false;
+	bool		watched = false;
+	bool		woken = false;
 
 	/* on a standby, or on a snapshot, fail at once rather than queue */
 	store_check_primary();
@@ -249,12 +269,23 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 		if (granted || timed_out || now >= deadline)
 			break;
 
+		/* once watched, a change meanwhile sets the latch: look again first */
+		if (!watched)
+		{
+			watched = true;
+			woken = watch(fcinfo, requests, nrequests, true);
+			continue;
+		}
 		for (int i = 0; i < nrequests; i++)
 			ready = Max(ready, bucket_ready_at(&requests[i].bucket,
 											   requests[i].cost, now));
+		if (!woken)
+			ready = Min(ready, now + RECHECK_USECS);
 		/* at least a millisecond, so that nothing can make this spin */
-		sleep_until(Max(Min(Min(ready, deadline), now + RECHECK_USECS), now + 1000));
+		sleep_until(Max(Min(ready, deadline), now + 1000));
 	}
+	if (watched)
+		(void) watch(fcinfo, requests, nrequests, false);
 
 	CurrentResourceOwner = CurTransactionResourceOwner;
 	while (joined-- > 0)

@@ -6,8 +6,9 @@
 #     each entry point in one session: no entry point grows it by more
 #     than 32 kB (a block or two of a memory context; a leak of even a few
 #     bytes a call would show more)
-#  2  a short acquire loop in a single-user backend under valgrind memcheck
-#     reports no invalid read or write
+#     (memory buckets' entry points included)
+#  2  a short acquire loop on table and memory buckets in a single-user
+#     backend under valgrind memcheck reports no invalid read or write
 #  3  one tb_acquire_all over 100,000 new per-key names costs at most 1.5
 #     times as much per name as one over 20,000, the slower of two (linear:
 #     1.1's plan could scan the table per name, 5x as much per name here),
@@ -27,6 +28,7 @@ CREATE EXTENSION tokenbucket;
 SELECT tb_create('big', 1e9, 1e12), tb_create('other', 1e9, 1e12),
        tb_create('empty', 1, 1e-9), tb_acquire('empty'), tb_create('key:*', 1e9, 1e12) \g /dev/null
 SELECT count(tb_acquire('key:' || n)) FROM generate_series(0, 99) AS n \g /dev/null
+SELECT tb_create('mbig', 1e9, 1e12, memory => true), tb_create('mkey:*', 1e9, 1e12, memory => true) \g /dev/null
 CREATE FUNCTION used() RETURNS bigint LANGUAGE sql
 	AS 'SELECT sum(used_bytes)::bigint FROM pg_backend_memory_contexts';
 -- run(call, n): call n times in this session, committing every 1000
@@ -60,7 +62,15 @@ INSERT INTO calls (call) VALUES
 	('SELECT tb_alter(''other'', 1e9)'), ('SELECT tb_reset(''other'')'),
 	('SELECT tb_acquire(''key:'' || ($1 % 100))'),
 	('SELECT tb_create(''tmp'' || $1, 1, 1), tb_drop(''tmp'' || $1)'),
-	('SELECT * FROM tb_status WHERE name = ''big''');
+	('SELECT * FROM tb_status WHERE name = ''big'''),
+	('SELECT tb_acquire(''mbig'')'), ('SELECT * FROM tb_try(''mbig'', 2)'),
+	('SELECT * FROM tb_peek(''mkey:unmade'')'), ('SELECT tb_acquire(''mkey:'' || ($1 % 100))'),
+	('SELECT tb_acquire_all(''{big,mbig}'', ''{1,2}'')'),
+	('SELECT tb_acquire_wait(''mbig'', 1, ''1 s'')'),
+	('SELECT tb_settle(''mbig'', 2, 1), tb_pause(''mbig'', interval ''-1 s''), tb_reset(''mbig'')'),
+	('SELECT tb_alter(''mbig'', 1e9)'),
+	('SELECT tb_create(''mtmp'' || $1, 1, 1, memory => true), tb_drop(''mtmp'' || $1)'),
+	('SELECT * FROM tb_status WHERE name = ''mbig''');
 -- each entry point: a warm-up of 1,000 calls, then the measured run
 SELECT stmt FROM (
 	SELECT ord, 1 AS step, format('CALL run(%L, 1000)', call) AS stmt FROM calls
@@ -94,21 +104,26 @@ BIN=$(pg_config --bindir 2>/dev/null || dirname "$(command -v postgres)")
 {
 	echo "CREATE EXTENSION tokenbucket;"
 	echo "SELECT tb_create('v', 50, 1e6), tb_create('w', 1, 1e-9), tb_create('u:*', 2, 1);"
+	echo "SELECT tb_create('mv', 50, 1e6, memory => true), tb_create('mu:*', 2, 1, memory => true);"
 	for i in $(seq 200); do
 		echo "SELECT tb_acquire('v'), tb_acquire('w'), (tb_try('v', 2)).granted, tb_acquire_all('{v,w}'), tb_acquire('u:$i'), tb_settle('v', 2, 1);"
+		echo "SELECT tb_acquire('mv') AS m, tb_acquire_all('{mv,v}'), tb_acquire('mu:$i'), tb_settle('mv', 2, 1), count(*) FROM tb_status;"
 	done
 } >"$WORK/vg.sql"
 chmod 644 "$WORK/vg.sql"
 "${RUNAS[@]}" valgrind --tool=memcheck --trace-children=no --error-limit=no \
-	--log-file="$WORK/valgrind.log" "$BIN/postgres" --single -D "$WORK/vg" postgres \
+	--log-file="$WORK/valgrind.log" "$BIN/postgres" --single -D "$WORK/vg" \
+	-c shared_preload_libraries=tokenbucket postgres \
 	<"$WORK/vg.sql" >"$WORK/vg.out" 2>&1 || true
 invalid=$(grep -c 'Invalid \(read\|write\)' "$WORK/valgrind.log" || true)
 ours=$(grep -c 'tokenbucket.so' "$WORK/valgrind.log" || true)
 calls=$(grep -c 'tb_acquire = "t"' "$WORK/vg.out" || true)
-if [ -s "$WORK/valgrind.log" ] && [ "$invalid" -eq 0 ] && [ "$ours" -eq 0 ] && [ "$calls" -ge 200 ]; then
-	echo "ok 2 - valgrind memcheck: $calls acquires in a single-user backend, no invalid read or write, no error in tokenbucket.so"
+memory=$(grep -c 'm = "t"' "$WORK/vg.out" || true)
+if [ -s "$WORK/valgrind.log" ] && [ "$invalid" -eq 0 ] && [ "$ours" -eq 0 ] && [ "$calls" -ge 200 ] &&
+	[ "$memory" -ge 200 ]; then
+	echo "ok 2 - valgrind memcheck: $calls acquires on table and $memory on memory buckets in a single-user backend, no invalid read or write, no error in tokenbucket.so"
 else
-	echo "not ok 2 - valgrind: $invalid invalid reads/writes, $ours reports in tokenbucket.so, $calls acquires"
+	echo "not ok 2 - valgrind: $invalid invalid reads/writes, $ours reports in tokenbucket.so, $calls acquires, $memory on memory buckets"
 	grep -B2 -A12 'Invalid \(read\|write\)\|tokenbucket.so' "$WORK/valgrind.log" | head -n 40 | sed 's/^/# /'
 fi
 

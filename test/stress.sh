@@ -2,10 +2,12 @@
 # test/stress.sh: 64 sessions at once for STRESS_SECONDS (default 20) on the
 # mixed load of test/load: one hot bucket, ten cold ones (costs 1 to 3),
 # per-user keys from a template, an RPM + TPM pair taken together, a bucket
-# taken by waiting, and one that always grants.  Every grant records, in its
-# own transaction, the moment it was decided (the bucket's updated_at, read
-# back under the row lock the grant holds).  Afterwards, for every bucket,
-# every grant and every window length w, the tokens granted in [t, t + w]
+# taken by waiting, one that always grants, and a hot memory bucket and
+# per-user memory buckets.  Every grant records, in its own transaction,
+# the moment it was decided (a table bucket's updated_at, read back under
+# the row lock the grant holds; for a memory bucket, the moments just
+# before and just after the call).  Afterwards, for every bucket, every
+# grant and every window length w, the tokens surely granted in [t, t + w]
 # must not exceed capacity + rate x w; the hot bucket, between two grants
 # that left it empty, must grant its configured rate to within one token
 # (so within 1% over any half second); and no session may have seen an
@@ -32,6 +34,7 @@ psql -q -X -v ON_ERROR_STOP=1 -d "$DB" -f "$LOAD/setup.sql" >/dev/null
 echo "1..5"
 if pgbench -n -c 64 -j 2 -T "$STRESS_SECONDS" -f "$LOAD/hot.sql@4" -f "$LOAD/cold.sql@3" \
 	-f "$LOAD/user.sql@2" -f "$LOAD/pair.sql@2" -f "$LOAD/wait.sql@1" -f "$LOAD/big.sql@1" \
+	-f "$LOAD/mhot.sql@2" -f "$LOAD/muser.sql@2" \
 	"$DB" >"$W/out" 2>&1 &&
 	! grep -qi 'error\|deadlock' "$W/out"; then
 	echo "ok 1 - 64 sessions for ${STRESS_SECONDS}s: no error, no deadlock"
@@ -53,8 +56,9 @@ hot_tps=$(awk '/^SQL script [0-9]+: .*\/hot\.sql$/ { hot = 1; next }
 	hot && /transactions/ { match($0, /tps = [0-9.]+/); print substr($0, RSTART + 6, RLENGTH - 6); exit }' "$W/out")
 
 psql -X -A -t -v ON_ERROR_STOP=1 -v hot_tps="${hot_tps:-0}" -d "$DB" <<'SQL'
-SELECT CASE WHEN count(DISTINCT bucket) = 15
-            THEN 'ok 3 - every recorded bucket granted something (hot, 10 cold, rpm, tpm, queue, big)'
+SELECT CASE WHEN count(DISTINCT bucket) FILTER (WHERE bucket NOT LIKE 'muser:%') = 16
+                 AND count(*) FILTER (WHERE bucket LIKE 'muser:%') > 0
+            THEN 'ok 3 - every recorded bucket granted something (hot, 10 cold, rpm, tpm, queue, big, mhot, muser:*)'
             ELSE 'not ok 3 - only ' || count(DISTINCT bucket) || ' buckets granted anything'
        END
 FROM grants;

@@ -13,6 +13,9 @@
 #  8    no starvation: a cost-10 waiter on a 10/s bucket amid four sessions
 #       waiting for 1 token each is served after at most five of theirs
 #  9    a waiting backend uses at most 50 ms of CPU in 2 s
+# 10-11 a memory bucket whose tokens are an hour away wakes its waiter at
+#       once, within 200 ms, when a refund or a committed tb_alter gives
+#       it tokens (the waiter would otherwise sleep until its timeout)
 #
 # Every time is measured by the server's clock: clock_timestamp() around a
 # call, or pg_stat_activity's query_start and state_change, which the
@@ -107,8 +110,9 @@ END $$;
 SELECT tb_create('one', 1, 4), tb_create('rpm', 2, 5), tb_create('tpm', 100, 200);
 -- a bucket that refills once an hour never comes in time
 SELECT tb_create('slow', 1, 1, '1 hour'), tb_acquire('slow');
+SELECT tb_create('mslow', 2, 1, '1 hour', memory => true);
 SQL
-echo "1..9"
+echo "1..11"
 
 # 1: an empty bucket of 1 at 4/s has its token 250 ms later
 q -c "INSERT INTO timed SELECT 'one', wait_lateness('{one}', '{1}')"
@@ -273,3 +277,23 @@ if [ -n "$used" ] && [ "$still" = 1 ] && [ "$used" -le "$CPU" ]; then
 else
 	echo "not ok $n - a waiting backend used ${used:-?} ms of CPU in ${seconds:-?} s (at most $CPU ms; still waiting: ${still:-?})"
 fi
+
+# 10-11: the waiter on a memory bucket sleeps until its tokens are due, an
+# hour away, or its 10 s timeout; a refund (at once) or a tb_alter (when it
+# commits) sets its latch.  The moment is marked just before, on the same
+# connection; the waiter's own state_change says when it ended.
+for how in "tb_refund('mslow', 1)" "tb_alter('mslow', refill => 1, per => '1 ms')"; do
+	q -c "SELECT tb_alter('mslow', refill => 1, per => '1 hour'), tb_reset('mslow'), tb_acquire('mslow', 2)" >/dev/null
+	rm -f "$WORK/tb_mem.in"
+	session tb_mem
+	memwaiter=$!
+	echo "SELECT tb_acquire_wait('mslow', 1, '10 s');" >&3
+	pid=$(q -c "SELECT sleeping_pid('tb_mem')")
+	q -c "CREATE TEMP TABLE mark AS SELECT clock_timestamp() AS t0" -c "SELECT $how" \
+		-c "DELETE FROM timed WHERE test = 'wake'" \
+		-c "INSERT INTO timed SELECT 'wake', ended(${pid:-0}, t0) - t0 FROM mark" >/dev/null
+	exec 3>&-
+	wait $memwaiter || true
+	check "$how wakes a waiter on a memory bucket $(q -c "SELECT ms(took) FROM timed WHERE test = 'wake'") after it (at most $LATE ms), and it is granted" \
+		"'$(cat "$WORK/tb_mem.out")' = 't' AND (SELECT took BETWEEN '0' AND '$LATE ms' FROM timed WHERE test = 'wake')"
+done

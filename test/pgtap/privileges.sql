@@ -13,7 +13,7 @@ SELECT plan(44);
 CREATE ROLE regress_tb_app;
 CREATE ROLE regress_tb_admin;
 GRANT USAGE ON SCHEMA public TO regress_tb_app, regress_tb_admin;
-GRANT EXECUTE ON FUNCTION tb_create(text, float8, float8, interval),
+GRANT EXECUTE ON FUNCTION tb_create(text, float8, float8, interval, boolean),
 	tb_alter(text, float8, float8, interval), tb_reset(text), tb_drop(text)
 	TO regress_tb_admin;
 GRANT SELECT ON tb_status TO regress_tb_admin;

@@ -16,10 +16,11 @@ my $load_dir = dirname(__FILE__) . '/../load';
 
 my $node = PostgreSQL::Test::Cluster->new('primary');
 $node->init(allows_streaming => 1);
-$node->append_conf('postgresql.conf', "max_connections = 40\nrestart_after_crash = on\n");
+$node->append_conf('postgresql.conf',
+	"max_connections = 40\nrestart_after_crash = on\nshared_preload_libraries = 'tokenbucket'\n");
 $node->start;
-is($node->safe_psql('postgres', slurp_file("$load_dir/setup.sql")), '16',
-	'the mixed load\'s 16 buckets made');
+is($node->safe_psql('postgres', slurp_file("$load_dir/setup.sql")), '18',
+	'the mixed load\'s 18 buckets made');
 
 # start pgbench against the node for a few seconds; returns the harness
 sub start_load
@@ -28,7 +29,7 @@ sub start_load
 	my $h = IPC::Run::start(
 		[ 'pgbench', '-n', '-c', '16', '-j', '2', '-T', '4',
 		  (map { ('-f', "$load_dir/$_") }
-			qw(hot.sql@4 cold.sql@3 user.sql@2 pair.sql@2 wait.sql@1 big.sql@2)),
+			qw(hot.sql@4 cold.sql@3 user.sql@2 pair.sql@2 wait.sql@1 big.sql@2 mhot.sql@2 muser.sql@2)),
 		  '-h', $node->host, '-p', $node->port, 'postgres' ],
 		'>', \$out, '2>', \$err);
 	return { h => $h, out => \$out, err => \$err };
@@ -49,7 +50,7 @@ sub check_state
 {
 	my ($when, $acked) = @_;
 	is($node->safe_psql('postgres', 'SELECT count(*) FROM tb_buckets WHERE template IS NULL'),
-		'16', "$when: every bucket is there");
+		'18', "$when: every bucket is there");
 	is($node->safe_psql('postgres',
 		'SELECT count(*) FROM tb_status WHERE NOT (tokens <= capacity)'),
 		'0', "$when: no bucket holds more than its capacity");

@@ -1,7 +1,10 @@
 /*-------------------------------------------------------------------------
  *
- * store.c
- *	  The bucket table, through SPI on plans prepared once per backend.
+ * table_store.c
+ *	  The table store: tb_buckets, through SPI on plans prepared once per
+ *	  backend.  It also finds the settings of memory buckets
+ *	  (memory_store.c), which are rows too, and sends each call to the
+ *	  store that holds the bucket's tokens.
  *
  * A grant is a single
  *
@@ -22,11 +25,13 @@
  * Every name in the queries below is schema-qualified, operators included:
  * the entry points run as the extension's owner.
  *
- * src/store.c
+ * src/table_store.c
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include <math.h>
 
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -50,7 +55,6 @@ typedef enum PlanId
 	PLAN_READ,
 	PLAN_LOCK,
 	PLAN_WRITE,
-	PLAN_RESET,
 	PLAN_INSERT,
 	PLAN_DELETE,
 	PLAN_DELETE_MADE,
@@ -70,7 +74,7 @@ typedef struct PlanDef
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[6];
+	Oid			argtypes[7];
 } PlanDef;
 
 static const PlanDef plan_defs[NUM_PLANS] = {
@@ -78,19 +82,19 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		"UPDATE %1$s.tb_buckets AS b"
 		" SET deficit = %1$s.tb_take(" TAKE_ARGS "),"
 		" updated_at = GREATEST(b.updated_at, $3)"
-		" WHERE b.name OPERATOR(pg_catalog.=) $1"
-		" AND CASE WHEN b.name OPERATOR(pg_catalog.=) $1"
+		" WHERE b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
+		" AND CASE WHEN b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
 		" THEN %1$s.tb_take(" TAKE_ARGS ") END IS NOT NULL"
 		" RETURNING " BUCKET_COLUMNS,
 		3, {TEXTOID, FLOAT8OID, TIMESTAMPTZOID}
 	},
 	[PLAN_READ] = {
-		"SELECT " BUCKET_COLUMNS " FROM %1$s.tb_buckets"
+		"SELECT " BUCKET_COLUMNS ", memory FROM %1$s.tb_buckets"
 		" WHERE name OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}
 	},
 	[PLAN_LOCK] = {
-		"SELECT " BUCKET_COLUMNS " FROM %1$s.tb_buckets"
+		"SELECT " BUCKET_COLUMNS ", memory FROM %1$s.tb_buckets"
 		" WHERE name OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE",
 		1, {TEXTOID}
 	},
@@ -101,17 +105,10 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		" WHERE name OPERATOR(pg_catalog.=) $1",
 		6, {TEXTOID, FLOAT8OID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
-	[PLAN_RESET] = {
-		"UPDATE %1$s.tb_buckets"
-		" SET deficit = 0, paused_until = '-infinity',"
-		" updated_at = GREATEST(updated_at, $2)"
-		" WHERE name OPERATOR(pg_catalog.=) $1",
-		2, {TEXTOID, TIMESTAMPTZOID}
-	},
 	[PLAN_INSERT] = {
-		"INSERT INTO %1$s.tb_buckets (name, capacity, refill_rate, deficit, updated_at, template)"
-		" VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO NOTHING",
-		6, {TEXTOID, FLOAT8OID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID, TEXTOID}
+		"INSERT INTO %1$s.tb_buckets (name, capacity, refill_rate, deficit, updated_at, template, memory)"
+		" VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING",
+		7, {TEXTOID, FLOAT8OID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID, TEXTOID, BOOLOID}
 	},
 	[PLAN_DELETE] = {
 		"DELETE FROM %1$s.tb_buckets WHERE name OPERATOR(pg_catalog.=) $1",
@@ -123,7 +120,7 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 	},
 	/* the longest template prefix of $1; the partial index holds templates */
 	[PLAN_TEMPLATE] = {
-		"SELECT capacity, refill_rate, name FROM %1$s.tb_buckets"
+		"SELECT capacity, refill_rate, name, memory FROM %1$s.tb_buckets"
 		" WHERE name OPERATOR(pg_catalog.~~) '%%*'"
 		" AND pg_catalog.starts_with($1, pg_catalog.left(name, -1))"
 		" ORDER BY pg_catalog.octet_length(name) DESC LIMIT 1",
@@ -202,20 +199,70 @@ report_dropped(void)
 			 errhint("Run CREATE EXTENSION tokenbucket, then call the function again.")));
 }
 
-/*
- * The kept plan for "id", prepared on first use.  The table is the one in
- * the calling function's schema: after DROP EXTENSION and CREATE EXTENSION
- * (in any schema, at any version) within one backend, the plans and the
- * version check start afresh.
- */
-static SPIPlanPtr
-get_plan(PlanId id, FunctionCallInfo fcinfo)
+/* The tb_buckets table in the schema of the function called. */
+static Oid
+lookup_table(FunctionCallInfo fcinfo)
 {
 	Oid			schema = get_func_namespace(fcinfo->flinfo->fn_oid);
 	Oid			table = OidIsValid(schema) ? get_relname_relid("tb_buckets", schema) : InvalidOid;
 
 	if (!OidIsValid(table))
 		report_dropped();
+	return table;
+}
+
+/*
+ * The tb_buckets table of the function called, remembered per function
+ * (its schema may change, its table does not), so that a call answered
+ * from shared memory looks nothing up in the catalogs.
+ */
+#define TABLE_CACHE_SIZE 8
+static struct
+{
+	Oid			function;
+	Oid			table;
+}			table_cache[TABLE_CACHE_SIZE];
+static int	table_cache_next = 0;
+
+Oid
+store_relid(FunctionCallInfo fcinfo)
+{
+	Oid			function = fcinfo->flinfo->fn_oid;
+
+	for (int i = 0; i < TABLE_CACHE_SIZE; i++)
+		if (table_cache[i].function == function)
+			return table_cache[i].table;
+	table_cache[table_cache_next].function = function;
+	table_cache[table_cache_next].table = lookup_table(fcinfo);
+	function = table_cache_next;
+	table_cache_next = (table_cache_next + 1) % TABLE_CACHE_SIZE;
+	return table_cache[function].table;
+}
+
+/*
+ * The table whose kept plans this backend holds, if it is the called
+ * function's: then its version was checked, and a memory bucket's entry
+ * can be used without SPI.  InvalidOid otherwise.
+ */
+Oid
+store_checked_relid(FunctionCallInfo fcinfo)
+{
+	Oid			table = store_relid(fcinfo);
+
+	return table == plans_table ? table : InvalidOid;
+}
+
+/*
+ * Make sure the kept plans are for the table in the calling function's
+ * schema, and return it: after DROP EXTENSION and CREATE EXTENSION (in any
+ * schema, at any version) within one backend, the plans and the version
+ * check start afresh.
+ */
+static Oid
+check_table(FunctionCallInfo fcinfo)
+{
+	Oid			table = lookup_table(fcinfo);
+
 	if (table != plans_table)
 	{
 		for (int i = 0; i < NUM_PLANS; i++)
@@ -228,11 +275,18 @@ get_plan(PlanId id, FunctionCallInfo fcinfo)
 		check_version();
 		plans_table = table;
 	}
+	return table;
+}
 
+/* The kept plan for "id", prepared on first use. */
+static SPIPlanPtr
+get_plan(PlanId id, FunctionCallInfo fcinfo)
+{
+	(void) check_table(fcinfo);
 	if (plans[id] == NULL)
 	{
 		const PlanDef *def = &plan_defs[id];
-		char	   *nspname = get_namespace_name(schema);
+		char	   *nspname = get_namespace_name(get_func_namespace(fcinfo->flinfo->fn_oid));
 		char	   *sql;
 		SPIPlanPtr	plan;
 
@@ -271,9 +325,12 @@ run_plan(PlanId id, FunctionCallInfo fcinfo, Datum *args, const char *nulls)
 	return SPI_processed;
 }
 
-/* Copy the bucket state out of the first row SPI returned, and free it. */
+/*
+ * Copy the bucket state out of the first row SPI returned, and free it;
+ * *memory (unless NULL) is the row's memory column, when it has one.
+ */
 static void
-read_bucket(Bucket *bucket)
+read_bucket(Bucket *bucket, bool *memory)
 {
 	HeapTuple	tuple = SPI_tuptable->vals[0];
 	TupleDesc	desc = SPI_tuptable->tupdesc;
@@ -284,6 +341,8 @@ read_bucket(Bucket *bucket)
 	bucket->deficit = DatumGetFloat8(SPI_getbinval(tuple, desc, 3, &isnull));
 	bucket->updated_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 4, &isnull));
 	bucket->paused_until = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 5, &isnull));
+	if (memory != NULL)
+		*memory = DatumGetBool(SPI_getbinval(tuple, desc, 6, &isnull));
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = NULL;
 }
@@ -304,13 +363,13 @@ report_missing(text *name)
 
 /*
  * The template with the longest prefix of "name": "bucket" becomes the full
- * bucket it would make at "now", and "template" its name (copied into the
- * current memory context).  False when no template matches.  Templates are
- * never made from templates.
+ * bucket it would make at "now", "template" its name (copied into the
+ * current memory context) and *memory its kind.  False when no template
+ * matches.  Templates are never made from templates.
  */
 static bool
 find_template(FunctionCallInfo fcinfo, text *name, TimestampTz now,
-			  Bucket *bucket, text **template)
+			  Bucket *bucket, text **template, bool *memory)
 {
 	Datum		args[1] = {PointerGetDatum(name)};
 	HeapTuple	tuple;
@@ -329,9 +388,69 @@ find_template(FunctionCallInfo fcinfo, text *name, TimestampTz now,
 	bucket->updated_at = now;
 	bucket->paused_until = DT_NOBEGIN;
 	*template = DatumGetTextPCopy(SPI_getbinval(tuple, desc, 3, &isnull));
+	*memory = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = NULL;
 	return true;
+}
+
+/* Where a bucket's settings come from. */
+typedef enum Settings
+{
+	SETTINGS_NONE,				/* no such bucket */
+	SETTINGS_ROW,				/* its own row */
+	SETTINGS_TEMPLATE			/* the template it is (or would be) made from */
+} Settings;
+
+/*
+ * Find the settings of bucket "name": its row (with the row's state), or
+ * the template that would make it (as a full bucket).  *memory says which
+ * store holds its tokens; *template is the template's name.
+ */
+static Settings
+find_settings(FunctionCallInfo fcinfo, text *name, TimestampTz now,
+			  Bucket *bucket, text **template, bool *memory)
+{
+	Datum		args[1] = {PointerGetDatum(name)};
+
+	if (run_plan(PLAN_READ, fcinfo, args, NULL) == 1)
+	{
+		read_bucket(bucket, memory);
+		return SETTINGS_ROW;
+	}
+	if (find_template(fcinfo, name, now, bucket, template, memory))
+		return SETTINGS_TEMPLATE;
+	return SETTINGS_NONE;
+}
+
+/*
+ * If bucket "name" is a memory bucket, make sure it has an entry (made
+ * from its row or its template) and return true.  Settings committed
+ * between reading them and making the entry are read again, so that an
+ * entry never starts with settings older than the newest committed.
+ */
+static bool
+ensure_memory(FunctionCallInfo fcinfo, Oid relid, text *name, TimestampTz now)
+{
+	for (int attempt = 0;; attempt++)
+	{
+		/* read before the query takes its snapshot */
+		uint64		seen = memory_changes();
+		Bucket		settings;
+		text	   *template = NULL;
+		bool		memory = false;
+		Settings	found = find_settings(fcinfo, name, now, &settings, &template, &memory);
+
+		if (found == SETTINGS_NONE || !memory)
+			return false;
+		/* a transaction snapshot never sees newer settings: take them as read */
+		if (attempt >= 2)
+			seen = memory_changes();
+		if (memory_make(relid, name, &settings,
+						found == SETTINGS_TEMPLATE ? VARSIZE_ANY_EXHDR(template) - 1 : 0,
+						seen))
+			return true;
+	}
 }
 
 /*
@@ -343,7 +462,7 @@ static bool
 insert_made(FunctionCallInfo fcinfo, text *name, const Bucket *bucket,
 			text *template)
 {
-	Datum		args[6];
+	Datum		args[7];
 
 	args[0] = PointerGetDatum(name);
 	args[1] = Float8GetDatum(bucket->capacity);
@@ -351,38 +470,8 @@ insert_made(FunctionCallInfo fcinfo, text *name, const Bucket *bucket,
 	args[3] = Float8GetDatum(bucket->deficit);
 	args[4] = TimestampTzGetDatum(bucket->updated_at);
 	args[5] = PointerGetDatum(template);
+	args[6] = BoolGetDatum(false);
 	return run_plan(PLAN_INSERT, fcinfo, args, NULL) == 1;
-}
-
-/*
- * Make bucket "name", full, from the template with the longest prefix of
- * it.  False when no template matches.
- */
-static bool
-create_from_template(FunctionCallInfo fcinfo, text *name, TimestampTz now)
-{
-	Bucket		bucket;
-	text	   *template;
-
-	if (!find_template(fcinfo, name, now, &bucket, &template))
-		return false;
-	(void) insert_made(fcinfo, name, &bucket, template);
-	return true;
-}
-
-/*
- * Run plan "id" on bucket args[0].  When it finds no row, make the bucket
- * from its template and run it once more; fail if there is still none.
- */
-static void
-run_on_bucket(PlanId id, FunctionCallInfo fcinfo, Datum *args, TimestampTz now)
-{
-	text	   *name = DatumGetTextPP(args[0]);
-
-	if (run_plan(id, fcinfo, args, NULL) == 0 &&
-		(!create_from_template(fcinfo, name, now) ||
-		 run_plan(id, fcinfo, args, NULL) == 0))
-		report_missing(name);
 }
 
 /*
@@ -391,8 +480,8 @@ run_on_bucket(PlanId id, FunctionCallInfo fcinfo, Datum *args, TimestampTz now)
  * message names no setting of the bucket: the caller may not be allowed to
  * read them (tb_status shows them to whoever may).
  */
-static void
-check_cost(const Request *request)
+void
+store_check_cost(const Request *request)
 {
 	if (request->cost > request->bucket.capacity)
 		ereport(ERROR,
@@ -470,20 +559,28 @@ store_finish(void)
 
 /*
  * Look at the request's bucket at "now" without locking or writing it: its
- * state, or the state of the full bucket its template would make.  Fails
- * if there is neither, or if the cost could never be granted.
+ * state, or the state of the bucket its template would make (a memory
+ * bucket without an entry: the state its entry would start with).  Fails
+ * if there is no such bucket, or if the cost could never be granted.
  */
 void
 store_peek(FunctionCallInfo fcinfo, Request *request, TimestampTz now)
 {
-	Datum		args[1] = {PointerGetDatum(request->name)};
+	Oid			relid = check_table(fcinfo);
 	text	   *template;
+	bool		memory = false;
+	Settings	found;
 
-	if (run_plan(PLAN_READ, fcinfo, args, NULL) == 1)
-		read_bucket(&request->bucket);
-	else if (!find_template(fcinfo, request->name, now, &request->bucket, &template))
-		report_missing(request->name);
-	check_cost(request);
+	if (!memory_peek(relid, request))
+	{
+		found = find_settings(fcinfo, request->name, now, &request->bucket,
+							  &template, &memory);
+		if (found == SETTINGS_NONE)
+			report_missing(request->name);
+		if (memory)
+			memory_absent(request, &request->bucket, now);
+	}
+	store_check_cost(request);
 }
 
 /*
@@ -494,8 +591,16 @@ store_peek(FunctionCallInfo fcinfo, Request *request, TimestampTz now)
 bool
 store_take(FunctionCallInfo fcinfo, Request *request, TimestampTz now)
 {
+	Oid			relid = check_table(fcinfo);
 	Datum		args[3];
+	bool		granted;
 
+	if (memory_take(relid, request, now, &granted))
+	{
+		if (!granted)
+			store_check_cost(request);
+		return granted;
+	}
 	if (request->cost == 0)
 	{
 		store_peek(fcinfo, request, now);
@@ -506,27 +611,47 @@ store_take(FunctionCallInfo fcinfo, Request *request, TimestampTz now)
 	args[1] = Float8GetDatum(request->cost);
 	args[2] = TimestampTzGetDatum(now);
 
-	/* a second round only when a concurrent first call made the bucket */
-	for (int attempt = 0; attempt < 2; attempt++)
+	/* more rounds only when the bucket was made meanwhile */
+	for (int attempt = 0; attempt < 3; attempt++)
 	{
 		text	   *template;
+		bool		memory;
 
 		take_watch_begin();
 		if (run_plan(PLAN_TAKE, fcinfo, args, NULL) == 1)
 		{
-			read_bucket(&request->bucket);
+			read_bucket(&request->bucket, NULL);
 			return true;
 		}
 		/* denied: tb_take() saw the row, so it exists; no second read */
 		if (take_watch_denied(&request->bucket))
 		{
-			check_cost(request);
+			store_check_cost(request);
 			return false;
 		}
-		/* no row: make it from a template, already taken from */
-		if (!find_template(fcinfo, request->name, now, &request->bucket, &template))
-			break;
-		check_cost(request);
+		/* no table bucket: a memory bucket, or one to make from a template */
+		if (ensure_memory(fcinfo, relid, request->name, now))
+		{
+			if (memory_take(relid, request, now, &granted))
+			{
+				if (!granted)
+					store_check_cost(request);
+				return granted;
+			}
+			continue;
+		}
+		if (!find_template(fcinfo, request->name, now, &request->bucket, &template, &memory))
+		{
+			/* a table bucket made since the UPDATE looked? */
+			if (run_plan(PLAN_READ, fcinfo, (Datum *) args, NULL) == 0)
+				break;
+			SPI_freetuptable(SPI_tuptable);
+			SPI_tuptable = NULL;
+			continue;
+		}
+		if (memory)
+			continue;			/* a memory template made since */
+		store_check_cost(request);
 		if (!bucket_take(&request->bucket, request->cost, now))
 			elog(ERROR, "a new bucket did not grant a cost within its capacity");
 		if (insert_made(fcinfo, request->name, &request->bucket, template))
@@ -543,8 +668,9 @@ store_take(FunctionCallInfo fcinfo, Request *request, TimestampTz now)
  * takes, in the callers' order (sorted by name, so that every session
  * locks rows in the same order and {a,b} against {b,a} cannot deadlock),
  * in a subtransaction rolled back if a bucket denies after all (another
- * session took its tokens since the look); the states are then looked at
- * afresh for the report.
+ * session took its tokens since the look; what memory buckets granted is
+ * given back with it); the states are then looked at afresh for the
+ * report.
  */
 bool
 store_take_all(FunctionCallInfo fcinfo, Request *requests, int nrequests,
@@ -593,21 +719,23 @@ store_take_all(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 }
 
 /*
- * Lock bucket "name" for an update (making it from a template if missing)
- * and read its state.
+ * Lock the row of bucket "name" for an update and read its state; false
+ * when it has none.  *memory is its kind.
  */
-void
-store_lock(FunctionCallInfo fcinfo, text *name, Bucket *bucket)
+static bool
+lock_row(FunctionCallInfo fcinfo, text *name, Bucket *bucket, bool *memory)
 {
 	Datum		args[1] = {PointerGetDatum(name)};
 
-	run_on_bucket(PLAN_LOCK, fcinfo, args, GetCurrentTimestamp());
-	read_bucket(bucket);
+	if (run_plan(PLAN_LOCK, fcinfo, args, NULL) == 0)
+		return false;
+	read_bucket(bucket, memory);
+	return true;
 }
 
-/* Write the state of a bucket locked with store_lock(). */
-void
-store_write(FunctionCallInfo fcinfo, text *name, const Bucket *bucket)
+/* Write the state of a bucket locked with lock_row(). */
+static void
+write_row(FunctionCallInfo fcinfo, text *name, const Bucket *bucket)
 {
 	Datum		args[6];
 
@@ -621,21 +749,115 @@ store_write(FunctionCallInfo fcinfo, text *name, const Bucket *bucket)
 }
 
 /*
- * Give every bucket made from template "name" the template's new settings
- * (in "bucket"), each keeping the tokens it holds at "now", capped at the
- * new capacity.  Returns how many.
+ * Make table bucket "name" from its template if it has no row yet; false
+ * when no template makes it.
  */
-uint64
-store_alter_made(FunctionCallInfo fcinfo, text *name, const Bucket *bucket,
-				 TimestampTz now)
+static bool
+create_from_template(FunctionCallInfo fcinfo, text *name, TimestampTz now)
 {
-	Datum		args[4];
+	Bucket		bucket;
+	text	   *template;
+	bool		memory;
 
-	args[0] = PointerGetDatum(name);
-	args[1] = Float8GetDatum(bucket->capacity);
-	args[2] = Float8GetDatum(bucket->refill_rate);
-	args[3] = TimestampTzGetDatum(now);
-	return run_plan(PLAN_ALTER_MADE, fcinfo, args, NULL);
+	if (!find_template(fcinfo, name, now, &bucket, &template, &memory) || memory)
+		return false;
+	(void) insert_made(fcinfo, name, &bucket, template);
+	return true;
+}
+
+/* Fail when a change leaves a deficit float8 cannot hold. */
+static void
+check_debt(text *name, const Bucket *bucket)
+{
+	if (!isfinite(bucket->deficit))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("debt of token bucket \"%s\" out of range", text_to_cstring(name)),
+				 errdetail("Taking that many more tokens would put the bucket in a debt float8 cannot hold.")));
+}
+
+/*
+ * Let "change" alter the state of bucket "name" at "now", in whichever
+ * store holds it (a table bucket's row locked, a template's bucket made
+ * first), and return the state after.  Every change that is not a grant
+ * or a new setting goes through here.
+ */
+Bucket
+store_update(FunctionCallInfo fcinfo, text *name, BucketChange change,
+			 const void *arg, TimestampTz now)
+{
+	Oid			relid = check_table(fcinfo);
+	Bucket		bucket;
+	bool		memory = false;
+
+	for (int attempt = 0; attempt < 3; attempt++)
+	{
+		if (memory_change(relid, name, change, arg, now, &bucket))
+		{
+			check_debt(name, &bucket);
+			return bucket;
+		}
+		if (lock_row(fcinfo, name, &bucket, &memory) && !memory)
+		{
+			change(&bucket, now, arg);
+			check_debt(name, &bucket);
+			write_row(fcinfo, name, &bucket);
+			return bucket;
+		}
+		if (!ensure_memory(fcinfo, relid, name, now) &&
+			!create_from_template(fcinfo, name, now))
+			break;
+	}
+	report_missing(name);
+	pg_unreachable();
+}
+
+/*
+ * Give bucket "name" new settings at "now" (NaN keeps one), keeping the
+ * tokens it holds, capped at the new capacity.  A template passes them on
+ * to every bucket made from it.  A memory bucket's entry takes them when
+ * the transaction commits.
+ */
+void
+store_alter(FunctionCallInfo fcinfo, text *name, double capacity,
+			double refill_rate, TimestampTz now)
+{
+	Oid			relid = check_table(fcinfo);
+
+	for (int attempt = 0; attempt < 3; attempt++)
+	{
+		Bucket		bucket;
+		bool		memory;
+
+		if (lock_row(fcinfo, name, &bucket, &memory))
+		{
+			Datum		args[4];
+
+			bucket_reconfigure(&bucket,
+							   isnan(capacity) ? bucket.capacity : capacity,
+							   isnan(refill_rate) ? bucket.refill_rate : refill_rate,
+							   now);
+			if (is_template_name(name))
+			{
+				bucket.deficit = 0; /* a template is always full */
+				args[0] = PointerGetDatum(name);
+				args[1] = Float8GetDatum(bucket.capacity);
+				args[2] = Float8GetDatum(bucket.refill_rate);
+				args[3] = TimestampTzGetDatum(now);
+				(void) run_plan(PLAN_ALTER_MADE, fcinfo, args, NULL);
+			}
+			/* a memory bucket's row: its trigger tells the entries */
+			write_row(fcinfo, name, &bucket);
+			return;
+		}
+		/* a bucket made from a memory template has no row */
+		if (memory_alter(relid, name, capacity, refill_rate))
+			return;
+		if (!ensure_memory(fcinfo, relid, name, now) &&
+			!create_from_template(fcinfo, name, now))
+			break;
+	}
+	report_missing(name);
 }
 
 /* Fail unless bucket "name" exists, or its template would make it. */
@@ -647,49 +869,61 @@ store_require(FunctionCallInfo fcinfo, text *name)
 	store_peek(fcinfo, &request, GetCurrentTimestamp());
 }
 
-/* Fill bucket "name" and lift any pause. */
-void
-store_reset(FunctionCallInfo fcinfo, text *name, TimestampTz now)
-{
-	Datum		args[2] = {PointerGetDatum(name), TimestampTzGetDatum(now)};
-
-	run_on_bucket(PLAN_RESET, fcinfo, args, now);
-}
-
-/* Insert a new full bucket; false when the name is taken. */
+/*
+ * Insert a new full bucket; false when the name is taken.  A memory
+ * bucket's entry is made when the transaction commits.
+ */
 bool
 store_insert(FunctionCallInfo fcinfo, text *name, double capacity,
-			 double refill_rate, TimestampTz now)
+			 double refill_rate, bool memory, TimestampTz now)
 {
-	Datum		args[6];
+	Datum		args[7];
 
+	if (memory)
+	{
+		int			len = VARSIZE_ANY_EXHDR(name) - (is_template_name(name) ? 1 : 0);
+
+		memory_require();
+		if (len > MEMORY_NAME_MAX_BYTES)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("memory token bucket name must be at most %d bytes long, not %d",
+							MEMORY_NAME_MAX_BYTES, len),
+					 errdetail("Memory buckets keep their names in shared memory, in a fixed space each.")));
+	}
 	args[0] = PointerGetDatum(name);
 	args[1] = Float8GetDatum(capacity);
 	args[2] = Float8GetDatum(refill_rate);
 	args[3] = Float8GetDatum(0);
 	args[4] = TimestampTzGetDatum(now);
 	args[5] = (Datum) 0;
-	return run_plan(PLAN_INSERT, fcinfo, args, "     n") == 1;
+	args[6] = BoolGetDatum(memory);
+	return run_plan(PLAN_INSERT, fcinfo, args, "     n ") == 1;
 }
 
 /*
  * Delete bucket "name"; false when there was none.  A template takes the
- * buckets made from it along: they would never be made again.
+ * buckets made from it along: they would never be made again.  A memory
+ * bucket's entry goes when the transaction commits.
  */
 bool
 store_delete(FunctionCallInfo fcinfo, text *name)
 {
+	Oid			relid = check_table(fcinfo);
 	Datum		args[1] = {PointerGetDatum(name)};
 	bool		deleted = run_plan(PLAN_DELETE, fcinfo, args, NULL) > 0;
 
 	if (deleted && is_template_name(name))
 		(void) run_plan(PLAN_DELETE_MADE, fcinfo, args, NULL);
+	if (!deleted)
+		deleted = memory_drop(relid, name);
 	return deleted;
 }
 
 /*
  * Delete template-made buckets that are full, unpaused and unwritten since
- * "idle_since", a batch at a time, skipping rows other sessions hold.
+ * "idle_since", a batch at a time, skipping rows other sessions hold; and
+ * remove such memory buckets' entries.
  */
 uint64
 store_purge(FunctionCallInfo fcinfo, TimestampTz idle_since, TimestampTz now)
@@ -706,5 +940,5 @@ store_purge(FunctionCallInfo fcinfo, TimestampTz idle_since, TimestampTz now)
 		batch = run_plan(PLAN_PURGE, fcinfo, args, NULL);
 		total += batch;
 	} while (batch == PURGE_BATCH);
-	return total;
+	return total + memory_purge(check_table(fcinfo), idle_since, now);
 }
