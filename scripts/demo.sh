@@ -3,8 +3,10 @@
 # installs what it needs, builds and installs tokenbucket, starts a
 # throwaway PostgreSQL, and lets 16 workers hammer one bucket of 2 tokens
 # a second (capacity 10) for 10 seconds, printing a row per second: calls
-# made, calls granted.  The burst, then the steady rate.  Then it removes
-# everything it started.
+# made, calls granted.  The burst, then the steady rate.  Then the same
+# workers on the same limit kept in shared memory (a memory bucket), for
+# half as long, logging only the grants: the same burst and rate.  Then it
+# removes everything it started.
 
 source "$(dirname "$0")/common.sh"
 
@@ -51,4 +53,36 @@ psql -X -A -t -c "
 	              round(extract(epoch FROM max(at) - '$START')::numeric, 2),
 	              floor(10 + 2 * extract(epoch FROM max(at) - '$START')))
 	FROM demo_calls"
+
+# the same limit as a memory bucket: only grants are logged, so the calls
+# a second are pgbench's own count
+psql -q -X -v ON_ERROR_STOP=1 <<'SQL'
+SELECT tb_create('demo_memory', capacity => 10, refill => 2, per => '1 second', memory => true) \g /dev/null
+CREATE UNLOGGED TABLE demo_grants (at timestamptz NOT NULL);
+SQL
+echo "INSERT INTO demo_grants SELECT clock_timestamp() WHERE tb_acquire('demo_memory');" >"$WORKLOAD"
+MEMORY_SECONDS=$(((DEMO_SECONDS + 1) / 2))
+say "the same $DEMO_WORKERS workers on a memory bucket, tb_create(..., memory => true)," \
+	"for $MEMORY_SECONDS s: its tokens live in shared memory, and a denial writes nothing"
+START=$(psql -X -A -t -c "SELECT clock_timestamp()")
+pgbench -n -c "$DEMO_WORKERS" -j 2 -T "$MEMORY_SECONDS" -P 1 -f "$WORKLOAD" >"$TB_TMP/pgbench.log" 2>&1 ||
+	{ cat "$TB_TMP/pgbench.log"; exit 1; }
+printf '\n%8s %12s %12s\n' second calls granted
+s=0
+while read -r tps; do
+	granted=$(psql -X -A -t -c "
+		SELECT count(*) FROM demo_grants
+		WHERE at >= '$START'::timestamptz + $s * interval '1 second'
+		  AND at <  '$START'::timestamptz + ($s + 1) * interval '1 second'")
+	s=$((s + 1))
+	printf '%8d %12.0f %12d\n' "$s" "$tps" "$granted"
+done < <(sed -n 's/^progress: [0-9.]* s, \([0-9.]*\) tps.*/\1/p' "$TB_TMP/pgbench.log")
+calls=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$TB_TMP/pgbench.log")
+psql -X -A -t -c "
+	SELECT format(E'\n%s calls, %s granted in %s s: at most 10 + 2 x %s = %s allowed.',
+	              $calls, count(*),
+	              round(extract(epoch FROM clock_timestamp() - '$START')::numeric, 2),
+	              round(extract(epoch FROM clock_timestamp() - '$START')::numeric, 2),
+	              floor(10 + 2 * extract(epoch FROM clock_timestamp() - '$START')))
+	FROM demo_grants"
 say "stopping the server and removing its files"

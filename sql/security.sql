@@ -51,8 +51,9 @@ SELECT tb_reset('shared');
 SELECT name, tokens FROM tb_status;
 RESET ROLE;
 
--- every function that touches the table is SECURITY DEFINER with a fixed
--- search_path; the pure helpers are neither
+-- no function is SECURITY DEFINER or sets a parameter: those that touch the
+-- table switch to the owner and a fixed search_path in C, around the table
+-- work only
 SELECT p.oid::regprocedure AS function, p.prosecdef AS security_definer, p.proconfig,
        p.provolatile, p.proparallel, p.proisstrict,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute

@@ -80,6 +80,14 @@ CREATE FUNCTION pg_temp.objects() RETURNS SETOF text LANGUAGE sql AS $$
 	FROM pg_extension WHERE extname = 'tokenbucket'
 $$;
 
+-- install_and_update(version): a fresh install of that version, updated
+CREATE FUNCTION pg_temp.install_and_update(version text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+	DROP EXTENSION IF EXISTS tokenbucket;
+	EXECUTE format('CREATE EXTENSION tokenbucket VERSION %L', version);
+	ALTER EXTENSION tokenbucket UPDATE;
+END $$;
+
 -- (the grants made above are the DBA's, not the install's)
 REVOKE EXECUTE ON FUNCTION tb_try(text, float8) FROM regress_tb_upgrade_worker;
 REVOKE EXECUTE ON FUNCTION tb_pause_until(text, timestamptz) FROM regress_tb_upgrade_worker;
@@ -93,6 +101,23 @@ SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 (SELECT 'only after update: ' || object FROM upgraded EXCEPT SELECT 'only after update: ' || o FROM pg_temp.objects() AS o)
 UNION ALL
 (SELECT 'only in fresh install: ' || o FROM pg_temp.objects() AS o EXCEPT SELECT 'only in fresh install: ' || object FROM upgraded);
+
+-- from every earlier version straight to this one: the same objects too
+CREATE TEMP TABLE fresh AS SELECT * FROM pg_temp.objects() AS o(object);
+DROP EXTENSION tokenbucket;
+CREATE FUNCTION pg_temp.differences() RETURNS bigint LANGUAGE sql AS $$
+	SELECT count(*) FROM (
+		(SELECT object FROM fresh EXCEPT SELECT o FROM pg_temp.objects() AS o)
+		UNION ALL
+		(SELECT o FROM pg_temp.objects() AS o EXCEPT SELECT object FROM fresh)) AS d $$;
+SELECT pg_temp.install_and_update('1.0');
+SELECT pg_temp.differences() AS from_1_0;
+SELECT pg_temp.install_and_update('1.1');
+SELECT pg_temp.differences() AS from_1_1;
+SELECT pg_temp.install_and_update('1.2');
+SELECT pg_temp.differences() AS from_1_2;
+DROP EXTENSION tokenbucket;
+CREATE EXTENSION tokenbucket;
 
 DROP ROLE regress_tb_upgrade_worker;
 

@@ -683,6 +683,8 @@ memory_take_all(Oid relid, Request *requests, int nrequests, TimestampTz now,
 
 	if (shared == NULL)
 		return false;
+	if (nrequests == 1)
+		return memory_take(relid, &requests[0], now, granted);
 	*granted = true;
 	for (int i = 0; i < nrequests; i++)
 	{

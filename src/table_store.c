@@ -35,14 +35,18 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "tokenbucket.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/resowner.h"
+#include "utils/syscache.h"
 
 /*
  * The statements; %1$s is the extension's schema.  PLAN_TAKE's CASE makes
@@ -221,22 +225,44 @@ static struct
 {
 	Oid			function;
 	Oid			table;
+	Oid			owner;			/* the table's: the extension's owner */
 }			table_cache[TABLE_CACHE_SIZE];
 static int	table_cache_next = 0;
+
+/* store_relid(), and the table's owner in *owner. */
+static Oid
+store_relid_owner(FunctionCallInfo fcinfo, Oid *owner)
+{
+	Oid			function = fcinfo->flinfo->fn_oid;
+	int			slot;
+	HeapTuple	tuple;
+
+	for (slot = 0; slot < TABLE_CACHE_SIZE; slot++)
+		if (table_cache[slot].function == function)
+		{
+			*owner = table_cache[slot].owner;
+			return table_cache[slot].table;
+		}
+	slot = table_cache_next;
+	table_cache_next = (table_cache_next + 1) % TABLE_CACHE_SIZE;
+	table_cache[slot].function = InvalidOid;
+	table_cache[slot].table = lookup_table(fcinfo);
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(table_cache[slot].table));
+	if (!HeapTupleIsValid(tuple))
+		report_dropped();
+	table_cache[slot].owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	table_cache[slot].function = function;
+	*owner = table_cache[slot].owner;
+	return table_cache[slot].table;
+}
 
 Oid
 store_relid(FunctionCallInfo fcinfo)
 {
-	Oid			function = fcinfo->flinfo->fn_oid;
+	Oid			owner;
 
-	for (int i = 0; i < TABLE_CACHE_SIZE; i++)
-		if (table_cache[i].function == function)
-			return table_cache[i].table;
-	table_cache[table_cache_next].function = function;
-	table_cache[table_cache_next].table = lookup_table(fcinfo);
-	function = table_cache_next;
-	table_cache_next = (table_cache_next + 1) % TABLE_CACHE_SIZE;
-	return table_cache[function].table;
+	return store_relid_owner(fcinfo, &owner);
 }
 
 /*
@@ -534,27 +560,58 @@ store_check_primary(void)
 				 errhint("Call the tb_* functions on the primary. tb_peek and tb_status can be read here.")));
 }
 
-/* Connect to SPI (on the primary, unless only looking), or fail loudly. */
-void
-store_connect(bool writes)
+/*
+ * Start the table work of the function called: on the primary (unless only
+ * looking), as the extension's owner, with search_path = pg_catalog,
+ * pg_temp and sequential scans off (kept plans stay index lookups), and
+ * connected to SPI.  What SECURITY DEFINER and SET would do, but only
+ * around the table work, so that a call answered from shared memory pays
+ * for none of it.  An error undoes it all with the (sub)transaction.
+ */
+StoreSession
+store_connect(FunctionCallInfo fcinfo, bool writes)
 {
+	StoreSession session;
+	Oid			owner;
 	int			rc;
 
 	if (writes)
 		store_check_primary();
+	(void) store_relid_owner(fcinfo, &owner);
+	GetUserIdAndSecContext(&session.userid, &session.sec_context);
+	SetUserIdAndSecContext(owner, session.sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	session.nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	rc = SPI_connect();
 	if (rc != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(rc));
+	return session;
 }
 
-/* Disconnect from SPI, or fail loudly. */
+/*
+ * Let the rest of the session's table work scan tb_buckets whole (what
+ * tb_purge does), until store_finish().
+ */
 void
-store_finish(void)
+store_allow_seqscan(void)
+{
+	(void) set_config_option("enable_seqscan", "on", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+}
+
+/* End what store_connect() began, or fail loudly. */
+void
+store_finish(StoreSession *session)
 {
 	int			rc = SPI_finish();
 
 	if (rc != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed: %s", SPI_result_code_string(rc));
+	AtEOXact_GUC(true, session->nestlevel);
+	SetUserIdAndSecContext(session->userid, session->sec_context);
 }
 
 /*

@@ -6,8 +6,9 @@
  * Each entry point reads the clock once, hands the buckets to the table
  * store (table_store.c, which sends memory buckets on to memory_store.c),
  * the waiting to wait.c, and leaves the arithmetic to bucket.c.  The
- * functions are SECURITY DEFINER with search_path = pg_catalog, pg_temp in
- * the install script, and table_store.c qualifies every name it uses.
+ * functions run as their caller; store_connect() switches to the
+ * extension's owner, with search_path = pg_catalog, pg_temp, around the
+ * table work only, and table_store.c qualifies every name it uses.
  *
  * src/tokenbucket.c
  *
@@ -325,6 +326,7 @@ static bool
 take_now(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 		 TimestampTz now)
 {
+	StoreSession session;
 	bool		granted;
 
 	if (memory_enabled())
@@ -340,9 +342,9 @@ take_now(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 			return granted;
 		}
 	}
-	store_connect(true);
+	session = store_connect(fcinfo, true);
 	granted = store_take_all(fcinfo, requests, nrequests, now);
-	store_finish();
+	store_finish(&session);
 	return granted;
 }
 
@@ -426,13 +428,14 @@ PG_FUNCTION_INFO_V1(tb_peek);
 Datum
 tb_peek(PG_FUNCTION_ARGS)
 {
+	StoreSession session;
 	Request		request = request_from(PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1));
 	TimestampTz now = GetCurrentTimestamp();
 	bool		granted;
 
-	store_connect(false);
+	session = store_connect(fcinfo, false);
 	store_peek(fcinfo, &request, now);
-	store_finish();
+	store_finish(&session);
 	granted = bucket_take(&request.bucket, request.cost, now);
 	PG_RETURN_DATUM(report_datum(fcinfo, &request, granted, now));
 }
@@ -572,13 +575,14 @@ static double
 update_bucket(FunctionCallInfo fcinfo, text *name, BucketChange change,
 			  const void *arg)
 {
+	StoreSession session;
 	TimestampTz now = GetCurrentTimestamp();
 	Bucket		bucket;
 
 	check_bucket_name(name);
-	store_connect(true);
+	session = store_connect(fcinfo, true);
 	bucket = store_update(fcinfo, name, change, arg, now);
-	store_finish();
+	store_finish(&session);
 	return bucket_tokens_at(&bucket, now);
 }
 
@@ -662,6 +666,7 @@ tb_sync(PG_FUNCTION_ARGS)
 static void
 pause_until(FunctionCallInfo fcinfo, text *name, TimestampTz until)
 {
+	StoreSession session;
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (until > now)
@@ -670,9 +675,9 @@ pause_until(FunctionCallInfo fcinfo, text *name, TimestampTz until)
 		return;
 	}
 	check_bucket_name(name);
-	store_connect(true);
+	session = store_connect(fcinfo, true);
 	store_require(fcinfo, name);
-	store_finish();
+	store_finish(&session);
 }
 
 PG_FUNCTION_INFO_V1(tb_pause_until);
@@ -712,6 +717,7 @@ PG_FUNCTION_INFO_V1(tb_purge);
 Datum
 tb_purge(PG_FUNCTION_ARGS)
 {
+	StoreSession session;
 	TimestampTz now = GetCurrentTimestamp();
 	double		usecs;
 	uint64		purged;
@@ -721,9 +727,10 @@ tb_purge(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("idle must be a finite interval of zero or more")));
 
-	store_connect(true);
+	session = store_connect(fcinfo, true);
+	store_allow_seqscan();	/* it reads the whole table */
 	purged = store_purge(fcinfo, timestamp_after(now, -usecs), now);
-	store_finish();
+	store_finish(&session);
 	PG_RETURN_INT64((int64) purged);
 }
 
@@ -736,6 +743,7 @@ PG_FUNCTION_INFO_V1(tb_create);
 Datum
 tb_create(PG_FUNCTION_ARGS)
 {
+	StoreSession session;
 	text	   *name = PG_GETARG_TEXT_PP(0);
 	double		capacity = PG_GETARG_FLOAT8(1);
 	double		rate;
@@ -745,10 +753,10 @@ tb_create(PG_FUNCTION_ARGS)
 	check_number("capacity", capacity, true);
 	rate = refill_rate_from(PG_GETARG_FLOAT8(2), PG_GETARG_INTERVAL_P(3));
 
-	store_connect(true);
+	session = store_connect(fcinfo, true);
 	created = store_insert(fcinfo, name, capacity, rate,
 						   PG_NARGS() > 4 && PG_GETARG_BOOL(4), GetCurrentTimestamp());
-	store_finish();
+	store_finish(&session);
 	if (!created)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNIQUE_VIOLATION),
@@ -767,6 +775,7 @@ PG_FUNCTION_INFO_V1(tb_alter);
 Datum
 tb_alter(PG_FUNCTION_ARGS)
 {
+	StoreSession session;
 	text	   *name;
 	double		capacity = NAN;		/* NaN: keep */
 	double		refill_rate = NAN;
@@ -795,12 +804,12 @@ tb_alter(PG_FUNCTION_ARGS)
 	}
 
 	check_name(name, ERRCODE_INVALID_PARAMETER_VALUE);
-	store_connect(true);
+	session = store_connect(fcinfo, true);
 	if (PG_ARGISNULL(1) && PG_ARGISNULL(2))
 		store_require(fcinfo, name);	/* nothing to change: does it exist? */
 	else
 		store_alter(fcinfo, name, capacity, refill_rate, GetCurrentTimestamp());
-	store_finish();
+	store_finish(&session);
 	PG_RETURN_VOID();
 }
 
@@ -820,10 +829,11 @@ PG_FUNCTION_INFO_V1(tb_drop);
 Datum
 tb_drop(PG_FUNCTION_ARGS)
 {
+	StoreSession session;
 	bool		dropped;
 
-	store_connect(true);
+	session = store_connect(fcinfo, true);
 	dropped = store_delete(fcinfo, PG_GETARG_TEXT_PP(0));
-	store_finish();
+	store_finish(&session);
 	PG_RETURN_BOOL(dropped);
 }

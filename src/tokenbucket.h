@@ -27,6 +27,14 @@ typedef struct Request
 /* Longest name of a memory bucket (its entry holds it in a fixed space). */
 #define MEMORY_NAME_MAX_BYTES 128
 
+/* What store_connect() changed, for store_finish() to restore. */
+typedef struct StoreSession
+{
+	Oid			userid;
+	int			sec_context;
+	int			nestlevel;
+} StoreSession;
+
 /* A change to a bucket's state at "now", for store_update(). */
 typedef void (*BucketChange) (Bucket *bucket, TimestampTz now, const void *arg);
 
@@ -37,8 +45,9 @@ extern Oid	store_relid(FunctionCallInfo fcinfo);
 extern Oid	store_checked_relid(FunctionCallInfo fcinfo);
 extern void store_check_primary(void);
 extern void store_check_cost(const Request *request);
-extern void store_connect(bool writes);
-extern void store_finish(void);
+extern StoreSession store_connect(FunctionCallInfo fcinfo, bool writes);
+extern void store_allow_seqscan(void);
+extern void store_finish(StoreSession *session);
 extern bool store_take(FunctionCallInfo fcinfo, Request *request,
 					   TimestampTz now);
 extern void store_peek(FunctionCallInfo fcinfo, Request *request,

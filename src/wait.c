@@ -193,13 +193,14 @@ typedef struct Attempt
 static bool
 attempt_step(void *arg)
 {
+	StoreSession session;
 	Attempt    *attempt = arg;
 	bool		granted;
 
-	store_connect(true);
+	session = store_connect(attempt->fcinfo, true);
 	granted = store_take_all(attempt->fcinfo, attempt->requests,
 							 attempt->nrequests, attempt->now);
-	store_finish();
+	store_finish(&session);
 	return granted;
 }
 

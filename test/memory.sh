@@ -14,13 +14,15 @@
 #     1.1's plan could scan the table per name, 5x as much per name here),
 #     and the backend's peak resident size grows by less than 100 MB (1.1
 #     kept every name's SPI rows: 1.6 GB)
+#  4  a million grants from a memory bucket in one session: the backend's
+#     memory grows by at most 32 kB (the same bound)
 set -euo pipefail
 : "${MEMORY_CALLS:=20000}"
 DB=tb_memory
 WORK=$(mktemp -d)
 chmod 755 "$WORK"
 trap 'rm -rf "$WORK"; dropdb --if-exists "$DB" >/dev/null 2>&1 || true' EXIT
-echo "1..3"
+echo "1..4"
 
 createdb "$DB"
 psql -X -A -t -q -v ON_ERROR_STOP=1 -v calls="$MEMORY_CALLS" -d "$DB" >"$WORK/flat.out" 2>&1 <<'SQL' || true
@@ -160,4 +162,21 @@ if [ -n "${grew:-}" ] && [ "$grew" -ge 0 ] 2>/dev/null &&
 else
 	echo "not ok 3 - 100,000 new names: ${big:-?} s against ${small:-?} s for 20,000 (at most 7.5x: 1.5x per name), peak RSS grew ${grew:-?} bytes (under 100 MB)"
 	sed 's/^/# /' "$WORK/many.out" | tail -n 20
+fi
+
+# 4: a million memory grants in one session, committing every 1000 (what
+# an undo record of a grant keeps is freed at commit)
+psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DB" >"$WORK/million.out" 2>&1 <<'SQL' || true
+SELECT tb_create('million', 1e9, 1e12, memory => true) \g /dev/null
+CALL run('SELECT tb_acquire(''million'')', 10000);
+SELECT used() AS before \gset
+CALL run('SELECT tb_acquire(''million'')', 1000000);
+SELECT used() - :before;
+SQL
+grew=$(tail -n 1 "$WORK/million.out")
+if [[ $grew =~ ^-?[0-9]+$ ]] && [ "$grew" -le 32768 ]; then
+	echo "ok 4 - a million grants from a memory bucket in one session: backend memory grew $grew bytes (at most 32768)"
+else
+	echo "not ok 4 - a million memory grants: backend memory grew ${grew:-?} bytes (at most 32768)"
+	sed 's/^/# /' "$WORK/million.out" | tail -n 20
 fi
