@@ -528,17 +528,38 @@ memory_require(void)
 	if (!timeline_checked)
 	{
 		TimeLineID	timeline = current_timeline();
+		bool		same;
 
-		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-		if (shared->timeline != timeline)
-		{
-			remove_all();
-			shared->empty_at = GetCurrentTimestamp();
-			shared->timeline = timeline;
-		}
+		LWLockAcquire(shared->lock, LW_SHARED);
+		same = shared->timeline == timeline;
 		LWLockRelease(shared->lock);
+		if (!same)
+		{
+			LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+			if (shared->timeline != timeline)
+			{
+				remove_all();
+				shared->empty_at = GetCurrentTimestamp();
+				shared->timeline = timeline;
+			}
+			LWLockRelease(shared->lock);
+		}
 		timeline_checked = true;
 	}
+}
+
+/*
+ * Whether this backend may look for entries: the library preloaded and
+ * this server a primary (on a standby there are none, and the caller goes
+ * on to the table, which says 25006 for a memory bucket).
+ */
+static bool
+usable(void)
+{
+	if (shared == NULL || RecoveryInProgress())
+		return false;
+	memory_require();
+	return true;
 }
 
 /* Whether the library was preloaded (memory buckets can exist). */
@@ -611,9 +632,8 @@ memory_take(Oid relid, Request *request, TimestampTz now, bool *granted)
 	MemoryKey	key;
 	MemoryEntry *entry;
 
-	if (shared == NULL || !text_key(&key, relid, request->name))
+	if (!text_key(&key, relid, request->name) || !usable())
 		return false;
-	memory_require();
 	reserve_undo();
 	LWLockAcquire(shared->lock, LW_SHARED);
 	entry = find(&key);
@@ -640,9 +660,8 @@ memory_peek(Oid relid, Request *request)
 	MemoryKey	key;
 	MemoryEntry *entry;
 
-	if (shared == NULL || !text_key(&key, relid, request->name))
+	if (!text_key(&key, relid, request->name) || !usable())
 		return false;
-	memory_require();
 	LWLockAcquire(shared->lock, LW_SHARED);
 	entry = find(&key);
 	if (entry != NULL)
@@ -859,9 +878,8 @@ memory_change(Oid relid, text *name, BucketChange change, const void *arg,
 	int			waiter = -1;
 	bool		finite = true;
 
-	if (shared == NULL || !text_key(&key, relid, name))
+	if (!text_key(&key, relid, name) || !usable())
 		return false;
-	memory_require();
 	reserve_undo();
 	LWLockAcquire(shared->lock, LW_SHARED);
 	entry = find(&key);

@@ -205,7 +205,7 @@ cmp_ok($node->safe_psql('postgres', 'SELECT count(*) FROM tb_memory_buckets()'),
 	'... within the size set');
 
 # 6: a standby refuses memory buckets at once; promoted, it starts them empty
-$node->safe_psql('postgres', q{SELECT tb_reset('mcold'), tb_acquire('mcold')});
+$node->safe_psql('postgres', q{SELECT tb_reset('mcold'), tb_acquire('mcold'), tb_create('tab', 5, 1)});
 $node->backup('base');
 my $standby = PostgreSQL::Test::Cluster->new('memory_standby');
 $standby->init_from_backup($node, 'base', has_streaming => 1);
@@ -216,6 +216,8 @@ for my $call ("tb_acquire('mcold')", "tb_peek('mcold')", "tb_acquire('mu:5')", "
 	like($err, qr/25006: cannot (use memory token buckets|take tokens or change token buckets) on a standby/,
 		"on the standby, $call fails with 25006");
 }
+is($standby->safe_psql('postgres', "SELECT granted FROM tb_peek('tab')"), 't',
+	'tb_peek of a table bucket still works on the standby');
 is($standby->safe_psql('postgres', "SELECT count(*) FROM tb_status WHERE memory AND tokens IS NULL"),
 	$standby->safe_psql('postgres', "SELECT count(*) FROM tb_buckets WHERE memory AND name NOT LIKE '%*'"),
 	'tb_status lists the memory buckets there, with no tokens');
