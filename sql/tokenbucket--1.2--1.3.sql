@@ -19,7 +19,10 @@ COMMENT ON COLUMN @extschema@.tb_buckets.memory IS
 --
 -- Changes to a memory bucket's row (tb_create, tb_alter, tb_drop, or the
 -- DBA's own INSERT, UPDATE, DELETE, TRUNCATE) reach its tokens in shared
--- memory when the transaction commits.  Rows of table buckets never fire.
+-- memory when the transaction commits.  Rows of table buckets never fire,
+-- and a grant's UPDATE, which sets none of the columns a memory bucket's
+-- settings are, does not even evaluate the condition (an UPDATE trigger
+-- on every column cost a table grant 6% more instructions).
 --
 CREATE FUNCTION @extschema@.tb_buckets_changed()
 RETURNS trigger
@@ -34,7 +37,7 @@ CREATE TRIGGER tb_buckets_memory_insert
 	FOR EACH ROW WHEN (NEW.memory)
 	EXECUTE FUNCTION @extschema@.tb_buckets_changed();
 CREATE TRIGGER tb_buckets_memory_update
-	AFTER UPDATE ON @extschema@.tb_buckets
+	AFTER UPDATE OF name, capacity, refill_rate, memory ON @extschema@.tb_buckets
 	FOR EACH ROW WHEN (OLD.memory OR NEW.memory)
 	EXECUTE FUNCTION @extschema@.tb_buckets_changed();
 CREATE TRIGGER tb_buckets_memory_delete
