@@ -168,6 +168,8 @@ static int	nundos = 0;
 static int	maxundos = 0;
 static List *pendings = NIL;
 
+static void undo_range(int first, bool give_back);
+
 #if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 #endif
@@ -684,8 +686,6 @@ memory_absent(Request *request, const Bucket *settings, TimestampTz now)
 	memory_require();
 	request->bucket = absent_bucket(settings, now);
 }
-
-static void undo_range(int first, bool give_back);
 
 /*
  * Take every request, or none, if every bucket has an entry: true then,
