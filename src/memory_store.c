@@ -103,7 +103,7 @@ typedef struct MemoryEntry
 	uint16		template_len;	/* 0, or the length of its template's prefix */
 	slock_t		mutex;			/* guards the fields below */
 	int			waiter;			/* proc number of the head waiter, or -1 */
-	int			pins;			/* transactions that may undo a change */
+	int			pins;			/* open changes whose undo takes tokens */
 	Bucket		bucket;
 } MemoryEntry;
 
@@ -128,6 +128,7 @@ typedef struct Undo
 	uint64		serial;			/* of the entry changed */
 	int			level;			/* transaction nest level */
 	double		tokens;			/* tokens to add back (take when negative) */
+	bool		pinned;			/* its entry is pinned until the end */
 	bool		paused;			/* a pause to lift: */
 	TimestampTz pause_from;		/* the pause before */
 	TimestampTz pause_to;		/* the pause set */
@@ -581,8 +582,12 @@ wake(int waiter)
 
 /*
  * Remember that "entry" changed by "tokens" (and maybe its pause) in this
- * transaction, pinning it until the transaction ends.  The caller holds
- * the entry's spinlock, so nothing here may fail: the array has room.
+ * transaction.  An undo that takes tokens back (of a refund, say) pins the
+ * entry until the transaction ends: were it removed as full meanwhile, a
+ * rollback would leave it full.  An undo that gives tokens back (of a
+ * grant) needs no pin: a bucket removed as full gets nothing back from it,
+ * so a grant's commit touches no shared memory.  The caller holds the
+ * entry's spinlock, so nothing here may fail: the array has room.
  */
 static void
 remember(MemoryEntry *entry, double tokens, bool paused, TimestampTz pause_from)
@@ -596,7 +601,9 @@ remember(MemoryEntry *entry, double tokens, bool paused, TimestampTz pause_from)
 	undo->paused = paused;
 	undo->pause_from = pause_from;
 	undo->pause_to = entry->bucket.paused_until;
-	entry->pins++;
+	undo->pinned = tokens < 0;
+	if (undo->pinned)
+		entry->pins++;
 }
 
 /*
@@ -947,21 +954,31 @@ static void
 undo_range(int first, bool give_back)
 {
 	TimestampTz now;
+	bool		pinned = false;
 
-	if (nundos <= first)
+	for (int i = first; i < nundos; i++)
+		pinned |= undos[i].pinned;
+	if (nundos <= first || (!give_back && !pinned))
+	{
+		nundos = Min(nundos, first);
 		return;
+	}
 	now = GetCurrentTimestamp();
 	LWLockAcquire(shared->lock, LW_SHARED);
 	for (int i = nundos - 1; i >= first; i--)
 	{
 		Undo	   *undo = &undos[i];
-		MemoryEntry *entry = find(&undo->key);
+		MemoryEntry *entry;
 		int			waiter = -1;
 
+		if (!give_back && !undo->pinned)
+			continue;
+		entry = find(&undo->key);
 		if (entry == NULL || entry->serial != undo->serial)
-			continue;			/* dropped since */
+			continue;			/* dropped (or removed as full) since */
 		SpinLockAcquire(&entry->mutex);
-		entry->pins--;
+		if (undo->pinned)
+			entry->pins--;
 		if (give_back)
 		{
 			if (undo->tokens != 0)
