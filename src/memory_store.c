@@ -565,6 +565,22 @@ usable(void)
 	return true;
 }
 
+/*
+ * Fail unless a memory bucket (or a memory template's prefix) of "len"
+ * bytes can be made here: memory_require(), and a name that fits an entry.
+ */
+void
+memory_check_name(int len)
+{
+	memory_require();
+	if (len > MEMORY_NAME_MAX_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("memory token bucket name must be at most %d bytes long, not %d",
+						MEMORY_NAME_MAX_BYTES, len),
+				 errdetail("Memory buckets keep their names in shared memory, in a fixed space each.")));
+}
+
 /* Whether the library was preloaded (memory buckets can exist). */
 bool
 memory_enabled(void)
@@ -816,13 +832,8 @@ memory_make(Oid relid, text *name, const Bucket *settings, int template_len,
 	bool		found;
 	TimestampTz now = GetCurrentTimestamp();
 
-	memory_require();
-	if (!text_key(&key, relid, name))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("memory token bucket name must be at most %d bytes long, not %zu",
-						MEMORY_NAME_MAX_BYTES, VARSIZE_ANY_EXHDR(name)),
-				 errdetail("Memory buckets keep their names in shared memory, in a fixed space each.")));
+	memory_check_name(VARSIZE_ANY_EXHDR(name));
+	(void) text_key(&key, relid, name);
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	if (pg_atomic_read_u64(&shared->changes) != changes_seen)
@@ -873,8 +884,8 @@ memory_changes(void)
 /*
  * Let "change" alter the state of the entry of "name" at "now", remembering
  * how to undo it; *after is the new state.  False when there is no entry.
- * A change that would leave a deficit float8 cannot hold is not made, and
- * reported.
+ * A change that would leave a deficit float8 cannot hold is not made (the
+ * caller reports it, seeing it in *after).
  */
 bool
 memory_change(Oid relid, text *name, BucketChange change, const void *arg,
@@ -883,7 +894,6 @@ memory_change(Oid relid, text *name, BucketChange change, const void *arg,
 	MemoryKey	key;
 	MemoryEntry *entry;
 	int			waiter = -1;
-	bool		finite = true;
 
 	if (!text_key(&key, relid, name) || !usable())
 		return false;
@@ -898,8 +908,7 @@ memory_change(Oid relid, text *name, BucketChange change, const void *arg,
 		before = entry->bucket;
 		*after = before;
 		change(after, now, arg);
-		finite = isfinite(after->deficit);
-		if (finite)
+		if (isfinite(after->deficit))
 		{
 			entry->bucket = *after;
 			remember(entry, bucket_tokens_at(&before, now) - bucket_tokens_at(after, now),
@@ -910,11 +919,6 @@ memory_change(Oid relid, text *name, BucketChange change, const void *arg,
 	}
 	LWLockRelease(shared->lock);
 	wake(waiter);
-	if (!finite)
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("debt of token bucket \"%s\" out of range", text_to_cstring(name)),
-				 errdetail("Taking that many more tokens would put the bucket in a debt float8 cannot hold.")));
 	return entry != NULL;
 }
 

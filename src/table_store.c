@@ -937,17 +937,7 @@ store_insert(FunctionCallInfo fcinfo, text *name, double capacity,
 	Datum		args[7];
 
 	if (memory)
-	{
-		int			len = VARSIZE_ANY_EXHDR(name) - (is_template_name(name) ? 1 : 0);
-
-		memory_require();
-		if (len > MEMORY_NAME_MAX_BYTES)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("memory token bucket name must be at most %d bytes long, not %d",
-							MEMORY_NAME_MAX_BYTES, len),
-					 errdetail("Memory buckets keep their names in shared memory, in a fixed space each.")));
-	}
+		memory_check_name(VARSIZE_ANY_EXHDR(name) - (is_template_name(name) ? 1 : 0));
 	args[0] = PointerGetDatum(name);
 	args[1] = Float8GetDatum(capacity);
 	args[2] = Float8GetDatum(refill_rate);

@@ -71,6 +71,7 @@ extern ErrorData *subxact_abort(MemoryContext oldcontext, ResourceOwner oldowner
 extern void memory_init(void);
 extern bool memory_enabled(void);
 extern void memory_require(void);
+extern void memory_check_name(int len);
 extern bool memory_take(Oid relid, Request *request, TimestampTz now,
 						bool *granted);
 extern bool memory_peek(Oid relid, Request *request);
