@@ -3,11 +3,11 @@
 EXTENSION = tokenbucket
 MODULE_big = tokenbucket
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
-OBJS = src/tokenbucket.o src/bucket.o src/table_store.o src/memory_store.o src/wait.o
+OBJS = src/tokenbucket.o src/bucket.o src/table_store.o src/memory_store.o src/stats.o src/wait.o
 DATA = $(wildcard sql/$(EXTENSION)--*.sql)
 
 # pg_regress: inputs in sql/, outputs in expected/
-REGRESS = api errors clock security settle all templates upgrade exact look memory
+REGRESS = api errors clock security settle all templates upgrade exact look memory stats
 # isolation specs live in test/isolation/{specs,expected}
 ISOLATION = race_last_token wait_uncommitted rollback_returns all_or_nothing \
 	acquire_all_deadlock template_first_use concurrent_purge memory_race

@@ -1,6 +1,6 @@
 --
--- upgrade: 1.0 updated to 1.1, 1.2 and then 1.3 keeps its buckets and
--- gives exactly the objects of a fresh install; grants made on the
+-- upgrade: 1.0 updated to 1.1, 1.2, 1.3 and then 1.4 keeps its buckets
+-- and gives exactly the objects of a fresh install; grants made on the
 -- functions 1.2 and 1.3 replace are kept.
 --
 -- buckets made under 1.0 (plain SQL: this library is 1.1's)
@@ -30,9 +30,14 @@ GRANT EXECUTE ON FUNCTION tb_create(text, float8, float8, interval) TO regress_t
 
 ALTER EXTENSION tokenbucket UPDATE TO '1.3';
 SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
+SELECT name, memory FROM tb_status ORDER BY name;
+
+ALTER EXTENSION tokenbucket UPDATE TO '1.4';
+SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 SELECT tb_acquire('kept', 5), tb_acquire('half', 2), tb_acquire('half');
 SELECT tb_acquire_all('{kept,half}'), round(tb_refund('kept', 1)::numeric, 2);
-SELECT name, memory FROM tb_status ORDER BY name;
+-- the buckets made before the update are counted like new ones
+SELECT name, granted, granted_tokens, denied, refunded_tokens FROM tb_stats ORDER BY name;
 
 -- the replaced functions keep those grants; what gives tokens is not PUBLIC
 SELECT p.oid::regprocedure AS function,
@@ -116,6 +121,8 @@ SELECT pg_temp.install_and_update('1.1');
 SELECT pg_temp.differences() AS from_1_1;
 SELECT pg_temp.install_and_update('1.2');
 SELECT pg_temp.differences() AS from_1_2;
+SELECT pg_temp.install_and_update('1.3');
+SELECT pg_temp.differences() AS from_1_3;
 DROP EXTENSION tokenbucket;
 CREATE EXTENSION tokenbucket;
 

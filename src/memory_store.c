@@ -86,19 +86,10 @@
 #define MY_PROC_NUMBER	(MyProc->pgprocno)
 #endif
 
-/* The hash key: which installation of the extension, and the name. */
-typedef struct MemoryKey
-{
-	Oid			dbid;
-	Oid			relid;			/* that installation's tb_buckets */
-	uint16		len;
-	char		name[MEMORY_NAME_MAX_BYTES];	/* not terminated */
-} MemoryKey;
-
 /* A memory bucket. */
 typedef struct MemoryEntry
 {
-	MemoryKey	key;			/* first: the hash's key */
+	SharedKey	key;			/* first: the hash's key */
 	uint64		serial;			/* new for every entry made */
 	uint16		template_len;	/* 0, or the length of its template's prefix */
 	slock_t		mutex;			/* guards the fields below */
@@ -124,7 +115,7 @@ typedef struct MemoryShared
  */
 typedef struct Undo
 {
-	MemoryKey	key;
+	SharedKey	key;
 	uint64		serial;			/* of the entry changed */
 	int			level;			/* transaction nest level */
 	double		tokens;			/* tokens to add back (take when negative) */
@@ -146,7 +137,7 @@ typedef enum PendingKind
 typedef struct Pending
 {
 	PendingKind kind;
-	MemoryKey	key;
+	SharedKey	key;
 	bool		template;		/* the key is a template's prefix */
 	int			level;
 	double		capacity;
@@ -176,31 +167,32 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 #endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-/* hash_search() support: only the used part of the name counts */
-static uint32
-key_hash(const void *key, Size keysize)
+/* hash_search() support for SharedKey: only the used part of the name counts */
+uint32
+shared_key_hash(const void *key, Size keysize)
 {
-	const MemoryKey *k = key;
+	const SharedKey *k = key;
 
 	return hash_combine(hash_combine(k->dbid, k->relid),
 						hash_bytes((const unsigned char *) k->name, k->len));
 }
 
-static int
-key_match(const void *key1, const void *key2, Size keysize)
+/* hash_search() support for SharedKey: 0 when the keys are equal. */
+int
+shared_key_match(const void *key1, const void *key2, Size keysize)
 {
-	const MemoryKey *a = key1;
-	const MemoryKey *b = key2;
+	const SharedKey *a = key1;
+	const SharedKey *b = key2;
 
 	return !(a->dbid == b->dbid && a->relid == b->relid && a->len == b->len &&
 			 memcmp(a->name, b->name, a->len) == 0);
 }
 
 /* The key of "name" in installation "relid"; false if too long to be one. */
-static bool
-make_key(MemoryKey *key, Oid relid, const char *name, int len)
+bool
+shared_key_make(SharedKey *key, Oid relid, const char *name, int len)
 {
-	if (len > MEMORY_NAME_MAX_BYTES)
+	if (len > SHARED_NAME_MAX_BYTES)
 		return false;
 	key->dbid = MyDatabaseId;
 	key->relid = relid;
@@ -209,11 +201,11 @@ make_key(MemoryKey *key, Oid relid, const char *name, int len)
 	return true;
 }
 
-/* make_key() for a text name. */
-static bool
-text_key(MemoryKey *key, Oid relid, text *name)
+/* shared_key_make() for a text name. */
+bool
+shared_key_text(SharedKey *key, Oid relid, text *name)
 {
-	return make_key(key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+	return shared_key_make(key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
 }
 
 /* Shared memory the store needs. */
@@ -307,7 +299,7 @@ save_state(void)
 	hash_seq_init(&status, hash);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		WRITE(&entry->key, offsetof(MemoryKey, name) + entry->key.len);
+		WRITE(&entry->key, offsetof(SharedKey, name) + entry->key.len);
 		WRITE(&entry->template_len, sizeof(uint16));
 		WRITE(&entry->bucket, sizeof(Bucket));
 	}
@@ -402,13 +394,13 @@ load_state(const ControlFileData *control)
 	}
 	for (int64 i = 0; i < count; i++)
 	{
-		MemoryKey	key;
+		SharedKey	key;
 		uint16		template_len;
 		Bucket		bucket;
 		MemoryEntry *entry;
 
-		READ(&key, offsetof(MemoryKey, name));
-		if (key.len > MEMORY_NAME_MAX_BYTES)
+		READ(&key, offsetof(SharedKey, name));
+		if (key.len > SHARED_NAME_MAX_BYTES)
 			goto bad;
 		READ(key.name, key.len);
 		READ(&template_len, sizeof(template_len));
@@ -465,10 +457,10 @@ memory_shmem_startup(void)
 		pg_atomic_init_u64(&shared->changes, 0);
 		pg_atomic_init_u64(&shared->serials, 1);
 	}
-	info.keysize = sizeof(MemoryKey);
+	info.keysize = sizeof(SharedKey);
 	info.entrysize = sizeof(MemoryEntry);
-	info.hash = key_hash;
-	info.match = key_match;
+	info.hash = shared_key_hash;
+	info.match = shared_key_match;
 	hash = ShmemInitHash("tokenbucket buckets", max_memory_buckets,
 						 max_memory_buckets, &info,
 						 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_FIXED_SIZE);
@@ -573,11 +565,11 @@ void
 memory_check_name(int len)
 {
 	memory_require();
-	if (len > MEMORY_NAME_MAX_BYTES)
+	if (len > SHARED_NAME_MAX_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("memory token bucket name must be at most %d bytes long, not %d",
-						MEMORY_NAME_MAX_BYTES, len),
+						SHARED_NAME_MAX_BYTES, len),
 				 errdetail("Memory buckets keep their names in shared memory, in a fixed space each.")));
 }
 
@@ -640,7 +632,7 @@ reserve_undo(void)
 
 /* The entry of "key" (the caller holds the lock), or NULL. */
 static MemoryEntry *
-find(const MemoryKey *key)
+find(const SharedKey *key)
 {
 	return hash_search(hash, key, HASH_FIND, NULL);
 }
@@ -654,10 +646,10 @@ find(const MemoryKey *key)
 bool
 memory_take(Oid relid, Request *request, TimestampTz now, bool *granted)
 {
-	MemoryKey	key;
+	SharedKey	key;
 	MemoryEntry *entry;
 
-	if (!text_key(&key, relid, request->name) || !usable())
+	if (!shared_key_text(&key, relid, request->name) || !usable())
 		return false;
 	reserve_undo();
 	LWLockAcquire(shared->lock, LW_SHARED);
@@ -682,10 +674,10 @@ memory_take(Oid relid, Request *request, TimestampTz now, bool *granted)
 bool
 memory_peek(Oid relid, Request *request)
 {
-	MemoryKey	key;
+	SharedKey	key;
 	MemoryEntry *entry;
 
-	if (!text_key(&key, relid, request->name) || !usable())
+	if (!shared_key_text(&key, relid, request->name) || !usable())
 		return false;
 	LWLockAcquire(shared->lock, LW_SHARED);
 	entry = find(&key);
@@ -697,6 +689,27 @@ memory_peek(Oid relid, Request *request)
 	}
 	LWLockRelease(shared->lock);
 	return entry != NULL;
+}
+
+/*
+ * The length of the template prefix the entry of "name" was made from (0:
+ * a named bucket), or -1 when it has none.
+ */
+int
+memory_template_len(Oid relid, text *name)
+{
+	SharedKey	key;
+	MemoryEntry *entry;
+	int			len = -1;
+
+	if (!shared_key_text(&key, relid, name) || !usable())
+		return -1;
+	LWLockAcquire(shared->lock, LW_SHARED);
+	entry = find(&key);
+	if (entry != NULL)
+		len = entry->template_len;
+	LWLockRelease(shared->lock);
+	return len;
 }
 
 /*
@@ -802,7 +815,7 @@ evict(TimestampTz now)
 
 /* This transaction's pending change of "kind" to bucket "key", if any. */
 static Pending *
-find_pending(PendingKind kind, const MemoryKey *key)
+find_pending(PendingKind kind, const SharedKey *key)
 {
 	ListCell   *lc;
 
@@ -811,7 +824,7 @@ find_pending(PendingKind kind, const MemoryKey *key)
 		Pending    *pending = lfirst(lc);
 
 		if (pending->kind == kind && !pending->template &&
-			key_match(&pending->key, key, 0) == 0)
+			shared_key_match(&pending->key, key, 0) == 0)
 			return pending;
 	}
 	return NULL;
@@ -827,13 +840,13 @@ bool
 memory_make(Oid relid, text *name, const Bucket *settings, int template_len,
 			uint64 changes_seen)
 {
-	MemoryKey	key;
+	SharedKey	key;
 	MemoryEntry *entry;
 	bool		found;
 	TimestampTz now = GetCurrentTimestamp();
 
 	memory_check_name(VARSIZE_ANY_EXHDR(name));
-	(void) text_key(&key, relid, name);
+	(void) shared_key_text(&key, relid, name);
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	if (pg_atomic_read_u64(&shared->changes) != changes_seen)
@@ -891,11 +904,11 @@ bool
 memory_change(Oid relid, text *name, BucketChange change, const void *arg,
 			  TimestampTz now, Bucket *after)
 {
-	MemoryKey	key;
+	SharedKey	key;
 	MemoryEntry *entry;
 	int			waiter = -1;
 
-	if (!text_key(&key, relid, name) || !usable())
+	if (!shared_key_text(&key, relid, name) || !usable())
 		return false;
 	reserve_undo();
 	LWLockAcquire(shared->lock, LW_SHARED);
@@ -930,10 +943,10 @@ memory_change(Oid relid, text *name, BucketChange change, const void *arg,
 bool
 memory_watch(Oid relid, text *name, bool on)
 {
-	MemoryKey	key;
+	SharedKey	key;
 	MemoryEntry *entry;
 
-	if (shared == NULL || RecoveryInProgress() || !text_key(&key, relid, name))
+	if (shared == NULL || RecoveryInProgress() || !shared_key_text(&key, relid, name))
 		return false;
 	LWLockAcquire(shared->lock, LW_SHARED);
 	entry = find(&key);
@@ -1019,7 +1032,7 @@ apply_pending(const Pending *pending, TimestampTz now)
 			bool		found;
 
 			for (int i = 0; i < nundos; i++)
-				if (key_match(&undos[i].key, &pending->key, 0) == 0 &&
+				if (shared_key_match(&undos[i].key, &pending->key, 0) == 0 &&
 					entry != NULL && undos[i].serial == entry->serial)
 					taken += undos[i].tokens;
 			if (entry == NULL && hash_get_num_entries(hash) >= max_memory_buckets)
@@ -1171,7 +1184,7 @@ add_pending(PendingKind kind, Oid relid, const char *name, int len,
 	pending->template = len > 0 && name[len - 1] == '*';
 	if (pending->template)
 		len--;
-	if (!make_key(&pending->key, relid, name, len))
+	if (!shared_key_make(&pending->key, relid, name, len))
 	{
 		/* too long to have an entry: nothing to change */
 		MemoryContextSwitchTo(oldcontext);
@@ -1192,12 +1205,12 @@ bool
 memory_drop(Oid relid, text *name)
 {
 	Request		request = {.name = name};
-	MemoryKey	key;
+	SharedKey	key;
 
 	if (!memory_peek(relid, &request))
 		return false;
 	/* dropped already in this transaction */
-	(void) text_key(&key, relid, name);
+	(void) shared_key_text(&key, relid, name);
 	if (find_pending(PENDING_DROPPED, &key) != NULL)
 		return false;
 	add_pending(PENDING_DROPPED, relid, VARDATA_ANY(name),
@@ -1375,19 +1388,15 @@ PG_FUNCTION_INFO_V1(tb_memory_buckets);
 Datum
 tb_memory_buckets(PG_FUNCTION_ARGS)
 {
+	static const char *const views[] = {"tb_status", "tb_stats", "tb_template_stats", NULL};
 	TupleDesc	desc;
 	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
 	Oid			relid = store_relid(fcinfo);
-	Oid			view = get_relname_relid("tb_status", get_rel_namespace(relid));
 	HASH_SEQ_STATUS status;
 	MemoryEntry *entry;
 
-	/* what tb_status shows, to those who may read it */
-	if (pg_class_aclcheck(view, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for view tb_status"),
-				 errdetail("tb_memory_buckets() shows what tb_status shows, to those who may read it.")));
+	/* the views built on it call it as their reader */
+	check_may_read(fcinfo, "tb_memory_buckets()", views);
 
 	if (shared == NULL || RecoveryInProgress())
 		return (Datum) 0;

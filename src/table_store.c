@@ -93,7 +93,7 @@ static const PlanDef plan_defs[NUM_PLANS] = {
 		3, {TEXTOID, FLOAT8OID, TIMESTAMPTZOID}
 	},
 	[PLAN_READ] = {
-		"SELECT " BUCKET_COLUMNS ", memory FROM %1$s.tb_buckets"
+		"SELECT " BUCKET_COLUMNS ", memory, template FROM %1$s.tb_buckets"
 		" WHERE name OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}
 	},
@@ -773,6 +773,42 @@ store_take_all(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 		for (int i = 0; i < nrequests; i++)
 			store_peek(fcinfo, &requests[i], now);
 	return granted;
+}
+
+/*
+ * The length of the prefix of the template bucket "name" was (or would be)
+ * made from, without its *; 0 when it has none.  For stats_count(), which
+ * asks once per bucket, outside any store session.
+ */
+int
+store_template_len(FunctionCallInfo fcinfo, text *name)
+{
+	StoreSession session;
+	Datum		args[1] = {PointerGetDatum(name)};
+	Bucket		bucket;
+	text	   *template = NULL;
+	bool		memory;
+	int			len = memory_template_len(store_relid(fcinfo), name);
+
+	if (len >= 0)
+		return len;
+	session = store_connect(fcinfo, false);
+	if (run_plan(PLAN_READ, fcinfo, args, NULL) == 1)
+	{
+		bool		isnull;
+		Datum		datum = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+										  7, &isnull);
+
+		if (!isnull)
+			template = DatumGetTextPCopy(datum);
+		SPI_freetuptable(SPI_tuptable);
+		SPI_tuptable = NULL;
+	}
+	else
+		(void) find_template(fcinfo, name, GetCurrentTimestamp(), &bucket,
+							 &template, &memory);
+	store_finish(&session);
+	return template ? VARSIZE_ANY_EXHDR(template) - 1 : 0;
 }
 
 /*

@@ -24,6 +24,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "tokenbucket.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -34,10 +35,11 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
-/* Module load: memory buckets, when the library is preloaded. */
+/* Module load: counters and memory buckets, when the library is preloaded. */
 void
 _PG_init(void)
 {
+	stats_init();
 	memory_init();
 }
 
@@ -318,6 +320,90 @@ request_from(text *name, double cost)
 	return request;
 }
 
+/* What store_template_len() needs, for stats_count() to call it. */
+typedef struct TemplateLookup
+{
+	FunctionCallInfo fcinfo;
+	text	   *name;
+} TemplateLookup;
+
+/* stats_count()'s way to learn a bucket's template. */
+static int
+template_of(void *arg)
+{
+	TemplateLookup *lookup = arg;
+
+	return store_template_len(lookup->fcinfo, lookup->name);
+}
+
+/* Count "delta" for bucket "name" when the transaction ends (stats.c). */
+static void
+count(FunctionCallInfo fcinfo, text *name, const StatsCounters *delta,
+	  TimestampTz now)
+{
+	TemplateLookup lookup = {fcinfo, name};
+
+	stats_count(store_relid(fcinfo), name, delta, template_of, &lookup, now);
+}
+
+/*
+ * Count a decision made at "now" without waiting: a grant for every bucket,
+ * or a denial for each that held the request back (for all, if another
+ * session's grant did and none is short now).
+ */
+static void
+count_decision(FunctionCallInfo fcinfo, const Request *requests, int nrequests,
+			   bool granted, TimestampTz now)
+{
+	bool		any_short = false;
+
+	if (!stats_enabled())
+		return;
+	for (int i = 0; i < nrequests && !granted; i++)
+		any_short |= !bucket_holds(&requests[i].bucket, requests[i].cost, now);
+	for (int i = 0; i < nrequests; i++)
+	{
+		StatsCounters delta = {0};
+
+		if (granted)
+		{
+			delta.granted = 1;
+			delta.granted_tokens = requests[i].cost;
+		}
+		else if (any_short && bucket_holds(&requests[i].bucket, requests[i].cost, now))
+			continue;
+		else
+			delta.denied = 1;
+		count(fcinfo, requests[i].name, &delta, now);
+	}
+}
+
+/*
+ * Count the outcome of a wait for every bucket of the request: a grant or a
+ * timeout, and how long it waited ("waited_usecs" -1: it did not).
+ */
+static void
+count_wait(FunctionCallInfo fcinfo, const Request *requests, int nrequests,
+		   bool granted, int64 waited_usecs)
+{
+	TimestampTz now;
+
+	if (!stats_enabled())
+		return;
+	now = GetCurrentTimestamp();
+	for (int i = 0; i < nrequests; i++)
+	{
+		StatsCounters delta = {0};
+
+		delta.granted = granted ? 1 : 0;
+		delta.granted_tokens = granted ? requests[i].cost : 0;
+		delta.timeouts = granted ? 0 : 1;
+		delta.waited = waited_usecs >= 0 ? 1 : 0;
+		delta.wait_usecs = Max(waited_usecs, 0);
+		count(fcinfo, requests[i].name, &delta, now);
+	}
+}
+
 /*
  * Take a request now: the decision, without waiting.  When every bucket
  * named is a memory bucket with an entry, it is made without SPI.
@@ -339,12 +425,14 @@ take_now(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 			if (!granted)
 				for (int i = 0; i < nrequests; i++)
 					store_check_cost(&requests[i]);
+			count_decision(fcinfo, requests, nrequests, granted, now);
 			return granted;
 		}
 	}
 	session = store_connect(fcinfo, true);
 	granted = store_take_all(fcinfo, requests, nrequests, now);
 	store_finish(&session);
+	count_decision(fcinfo, requests, nrequests, granted, now);
 	return granted;
 }
 
@@ -451,13 +539,17 @@ tb_acquire_wait(PG_FUNCTION_ARGS)
 {
 	Request		request;
 	TimestampTz deadline;
+	int64		waited_usecs;
+	bool		granted;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		PG_RETURN_NULL();
 	request = request_from(PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1));
 	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 							  GetCurrentTimestamp());
-	PG_RETURN_BOOL(wait_and_take(fcinfo, &request, 1, deadline));
+	granted = wait_and_take(fcinfo, &request, 1, deadline, &waited_usecs);
+	count_wait(fcinfo, &request, 1, granted, waited_usecs);
+	PG_RETURN_BOOL(granted);
 }
 
 PG_FUNCTION_INFO_V1(tb_acquire_all);
@@ -484,13 +576,17 @@ tb_acquire_all_wait(PG_FUNCTION_ARGS)
 	Request    *requests;
 	int			n;
 	TimestampTz deadline;
+	int64		waited_usecs;
+	bool		granted;
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_NULL();
 	requests = requests_from_args(fcinfo, &n);
 	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 							  GetCurrentTimestamp());
-	PG_RETURN_BOOL(wait_and_take(fcinfo, requests, n, deadline));
+	granted = wait_and_take(fcinfo, requests, n, deadline, &waited_usecs);
+	count_wait(fcinfo, requests, n, granted, waited_usecs);
+	PG_RETURN_BOOL(granted);
 }
 
 /*
@@ -518,6 +614,32 @@ materialize_begin(FunctionCallInfo fcinfo, TupleDesc *desc)
 	rsinfo->setDesc = *desc;
 	MemoryContextSwitchTo(oldcontext);
 	return rsinfo->setResult;
+}
+
+/*
+ * Fail unless the caller may read one of "views" (NULL-terminated) of the
+ * extension's schema: "function" shows what they show, to whoever may read
+ * them (the views call it as their reader).
+ */
+void
+check_may_read(FunctionCallInfo fcinfo, const char *function,
+			   const char *const *views)
+{
+	Oid			namespace = get_rel_namespace(store_relid(fcinfo));
+
+	for (int i = 0; views[i] != NULL; i++)
+	{
+		Oid			view = get_relname_relid(views[i], namespace);
+
+		if (OidIsValid(view) &&
+			pg_class_aclcheck(view, GetUserId(), ACL_SELECT) == ACLCHECK_OK)
+			return;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied for view %s", views[0]),
+			 errdetail("%s shows what %s shows, to those who may read it.",
+					   function, views[0])));
 }
 
 /* Order requests back into the caller's order. */
@@ -567,13 +689,13 @@ tb_try_all(PG_FUNCTION_ARGS)
 }
 
 /*
- * Let "change" alter a bucket's state now (store_update()), and return the
- * tokens it holds afterwards.  Every change that is not a grant or a new
- * setting goes through here.
+ * Let "change" alter a bucket's state now (store_update()), count "delta"
+ * for it (unless NULL), and return the tokens it holds afterwards.  Every
+ * change that is not a grant or a new setting goes through here.
  */
 static double
 update_bucket(FunctionCallInfo fcinfo, text *name, BucketChange change,
-			  const void *arg)
+			  const void *arg, const StatsCounters *delta)
 {
 	StoreSession session;
 	TimestampTz now = GetCurrentTimestamp();
@@ -583,6 +705,8 @@ update_bucket(FunctionCallInfo fcinfo, text *name, BucketChange change,
 	session = store_connect(fcinfo, true);
 	bucket = store_update(fcinfo, name, change, arg, now);
 	store_finish(&session);
+	if (delta != NULL && stats_enabled())
+		count(fcinfo, name, delta, now);
 	return bucket_tokens_at(&bucket, now);
 }
 
@@ -624,8 +748,11 @@ tb_refund(PG_FUNCTION_ARGS)
 {
 	double		tokens = PG_GETARG_FLOAT8(1);
 
+	StatsCounters delta = {.refunded_tokens = tokens};
+
 	check_number("tokens", tokens, false);
-	PG_RETURN_FLOAT8(update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_adjust, &tokens));
+	PG_RETURN_FLOAT8(update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_adjust,
+								   &tokens, &delta));
 }
 
 PG_FUNCTION_INFO_V1(tb_settle);
@@ -641,10 +768,18 @@ tb_settle(PG_FUNCTION_ARGS)
 	double		used = PG_GETARG_FLOAT8(2);
 	double		tokens;
 
+	StatsCounters delta = {0};
+
 	check_number("reserved", reserved, false);
 	check_number("used", used, false);
 	tokens = reserved - used;
-	PG_RETURN_FLOAT8(update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_adjust, &tokens));
+	/* what is given back is refunded; what is taken more, granted */
+	if (tokens > 0)
+		delta.refunded_tokens = tokens;
+	else
+		delta.granted_tokens = -tokens;
+	PG_RETURN_FLOAT8(update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_adjust,
+								   &tokens, &delta));
 }
 
 PG_FUNCTION_INFO_V1(tb_sync);
@@ -656,7 +791,8 @@ tb_sync(PG_FUNCTION_ARGS)
 	double		remaining = PG_GETARG_FLOAT8(1);
 
 	check_number("remaining", remaining, false);
-	PG_RETURN_FLOAT8(update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_lower, &remaining));
+	PG_RETURN_FLOAT8(update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_lower,
+								   &remaining, NULL));
 }
 
 /*
@@ -671,7 +807,9 @@ pause_until(FunctionCallInfo fcinfo, text *name, TimestampTz until)
 
 	if (until > now)
 	{
-		(void) update_bucket(fcinfo, name, change_pause, &until);
+		StatsCounters delta = {.pauses = 1};
+
+		(void) update_bucket(fcinfo, name, change_pause, &until, &delta);
 		return;
 	}
 	check_bucket_name(name);
@@ -819,7 +957,7 @@ PG_FUNCTION_INFO_V1(tb_reset);
 Datum
 tb_reset(PG_FUNCTION_ARGS)
 {
-	(void) update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_reset, NULL);
+	(void) update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_reset, NULL, NULL);
 	PG_RETURN_VOID();
 }
 

@@ -24,8 +24,20 @@ typedef struct Request
 	Bucket		bucket;			/* state after the decision */
 } Request;
 
-/* Longest name of a memory bucket (its entry holds it in a fixed space). */
-#define MEMORY_NAME_MAX_BYTES 128
+/*
+ * Longest name a shared memory entry holds, in a fixed space: a memory
+ * bucket's, or that of a bucket with counters (stats.c).
+ */
+#define SHARED_NAME_MAX_BYTES 128
+
+/* The key of an entry in shared memory: which installation, and a name. */
+typedef struct SharedKey
+{
+	Oid			dbid;
+	Oid			relid;			/* that installation's tb_buckets */
+	uint16		len;
+	char		name[SHARED_NAME_MAX_BYTES];	/* not terminated */
+} SharedKey;
 
 /* What store_connect() changed, for store_finish() to restore. */
 typedef struct StoreSession
@@ -60,6 +72,7 @@ extern Bucket store_update(FunctionCallInfo fcinfo, text *name,
 extern void store_alter(FunctionCallInfo fcinfo, text *name, double capacity,
 						double refill_rate, TimestampTz now);
 extern void store_require(FunctionCallInfo fcinfo, text *name);
+extern int	store_template_len(FunctionCallInfo fcinfo, text *name);
 extern bool store_insert(FunctionCallInfo fcinfo, text *name, double capacity,
 						 double refill_rate, bool memory, TimestampTz now);
 extern bool store_delete(FunctionCallInfo fcinfo, text *name);
@@ -68,6 +81,10 @@ extern uint64 store_purge(FunctionCallInfo fcinfo, TimestampTz idle_since,
 extern ErrorData *subxact_abort(MemoryContext oldcontext, ResourceOwner oldowner);
 
 /* memory_store.c: buckets whose tokens live in shared memory */
+extern bool shared_key_make(SharedKey *key, Oid relid, const char *name, int len);
+extern bool shared_key_text(SharedKey *key, Oid relid, text *name);
+extern uint32 shared_key_hash(const void *key, Size keysize);
+extern int	shared_key_match(const void *key1, const void *key2, Size keysize);
 extern void memory_init(void);
 extern bool memory_enabled(void);
 extern void memory_require(void);
@@ -75,6 +92,7 @@ extern void memory_check_name(int len);
 extern bool memory_take(Oid relid, Request *request, TimestampTz now,
 						bool *granted);
 extern bool memory_peek(Oid relid, Request *request);
+extern int	memory_template_len(Oid relid, text *name);
 extern void memory_absent(Request *request, const Bucket *settings,
 						  TimestampTz now);
 extern bool memory_take_all(Oid relid, Request *requests, int nrequests,
@@ -90,12 +108,35 @@ extern bool memory_alter(Oid relid, text *name, double capacity,
 						 double refill_rate);
 extern uint64 memory_purge(Oid relid, TimestampTz idle_since, TimestampTz now);
 
+/* What calls did to a bucket (stats.c); waits in microseconds. */
+typedef struct StatsCounters
+{
+	int64		granted;		/* calls granted */
+	double		granted_tokens; /* tokens they took, and tb_settle's extra */
+	int64		denied;			/* calls denied at once */
+	int64		waited;			/* calls that waited */
+	int64		wait_usecs;		/* how long they waited, in all */
+	int64		timeouts;		/* calls that waited in vain */
+	double		refunded_tokens;	/* tokens given back */
+	int64		pauses;			/* pauses set */
+} StatsCounters;
+
+/* stats.c: counters of what each bucket did, in shared memory */
+extern void stats_init(void);
+extern bool stats_enabled(void);
+extern void stats_count(Oid relid, text *name, const StatsCounters *delta,
+						int (*template_of) (void *arg), void *arg,
+						TimestampTz now);
+
 /* tokenbucket.c */
 extern Tuplestorestate *materialize_begin(FunctionCallInfo fcinfo,
 										  TupleDesc *desc);
+extern void check_may_read(FunctionCallInfo fcinfo, const char *function,
+						   const char *const *views);
 
 /* wait.c: waiting in arrival order until a request can be granted */
 extern bool wait_and_take(FunctionCallInfo fcinfo, Request *requests,
-						  int nrequests, TimestampTz deadline);
+						  int nrequests, TimestampTz deadline,
+						  int64 *waited_usecs);
 
 #endif							/* TOKENBUCKET_H */

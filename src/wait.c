@@ -127,13 +127,14 @@ queue_lock_step(void *tag)
 }
 
 /*
- * Join the queue on one bucket; false if "deadline" passes first.  The
+ * Join the queue on one bucket (setting *waited if it had to wait); false
+ * if "deadline" passes first.  The
  * caller has made CurTransactionResourceOwner current: a lock taken in
  * run_until()'s subtransaction ends up owned by it too, so all the
  * queue locks are released under one owner.
  */
 static bool
-queue_join(LOCKTAG *tag, TimestampTz deadline)
+queue_join(LOCKTAG *tag, TimestampTz deadline, bool *waited)
 {
 	bool		timed_out = false;
 
@@ -141,6 +142,7 @@ queue_join(LOCKTAG *tag, TimestampTz deadline)
 		return true;
 	if (GetCurrentTimestamp() >= deadline)
 		return false;
+	*waited = true;
 	return run_until(deadline, queue_lock_step, tag, &timed_out);
 }
 
@@ -223,18 +225,22 @@ check_read_committed(void)
 /*
  * Queue on every bucket of the request (in the callers' sorted order, so
  * queues are joined in one order too), then take all the tokens as soon as
- * they are there.  False when "deadline" passes first.
+ * they are there.  False when "deadline" passes first.  *waited_usecs is
+ * how long the call waited (in a queue, or asleep), or -1 when it did
+ * not.
  */
 bool
 wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
-			  TimestampTz deadline)
+			  TimestampTz deadline, int64 *waited_usecs)
 {
 	LOCKTAG    *tags = palloc(sizeof(LOCKTAG) * nrequests);
 	ResourceOwner oldowner = CurrentResourceOwner;
+	TimestampTz start = GetCurrentTimestamp();
 	int			joined;
 	bool		granted = false;
 	bool		watched = false;
 	bool		woken = false;
+	bool		waited = false;
 
 	/* on a standby, or on a snapshot, fail at once rather than queue */
 	store_check_primary();
@@ -253,7 +259,7 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 	for (joined = 0; joined < nrequests; joined++)
 	{
 		queue_tag(&tags[joined], requests[joined].name);
-		if (!queue_join(&tags[joined], deadline))
+		if (!queue_join(&tags[joined], deadline, &waited))
 			break;
 	}
 	CurrentResourceOwner = oldowner;
@@ -284,6 +290,7 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 			ready = Min(ready, now + RECHECK_USECS);
 		/* at least a millisecond, so that nothing can make this spin */
 		sleep_until(Max(Min(ready, deadline), now + 1000));
+		waited = true;
 	}
 	if (watched)
 		(void) watch(fcinfo, requests, nrequests, false);
@@ -293,5 +300,6 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 		LockRelease(&tags[joined], ExclusiveLock, false);
 	CurrentResourceOwner = oldowner;
 	pfree(tags);
+	*waited_usecs = waited ? GetCurrentTimestamp() - start : -1;
 	return granted;
 }

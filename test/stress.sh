@@ -11,7 +11,8 @@
 # must not exceed capacity + rate x w; the hot bucket, between two grants
 # that left it empty, must grant its configured rate to within one token
 # (so within 1% over any half second); and no session may have seen an
-# error (a deadlock included).  Prints TAP.
+# error (a deadlock included); and tb_stats must count exactly the grants
+# recorded.  Prints TAP.
 #
 # The hot bucket is taken in one statement (autocommit, as most clients
 # do), so its row lock is held for no client round trip: 64 sessions then
@@ -31,7 +32,7 @@ trap 'rm -rf "$W"; dropdb --if-exists "$DB" >/dev/null 2>&1 || true' EXIT
 createdb "$DB"
 psql -q -X -v ON_ERROR_STOP=1 -d "$DB" -f "$LOAD/setup.sql" >/dev/null
 
-echo "1..5"
+echo "1..6"
 if pgbench -n -c 64 -j 2 -T "$STRESS_SECONDS" -f "$LOAD/hot.sql@4" -f "$LOAD/cold.sql@3" \
 	-f "$LOAD/user.sql@2" -f "$LOAD/pair.sql@2" -f "$LOAD/wait.sql@1" -f "$LOAD/big.sql@1" \
 	-f "$LOAD/mhot.sql@2" -f "$LOAD/muser.sql@2" \
@@ -105,5 +106,31 @@ SELECT CASE WHEN count(*) > 0 AND count(*) FILTER (WHERE template = 'user:*') = 
             ELSE 'not ok 5 - per-user buckets: ' || count(*)
        END
 FROM tb_buckets WHERE name LIKE 'user:%' AND name <> 'user:*';
+
+-- the counters of tb_stats against the grants recorded: every bucket whose
+-- grants are all recorded (user.sql records none), each per-user memory
+-- bucket, and their template's sum, to the grant and to the token
+WITH recorded AS (
+	SELECT bucket, count(*) AS grants, sum(cost) AS tokens FROM grants GROUP BY bucket
+	UNION ALL
+	SELECT 'muser:*', count(*), sum(cost) FROM grants WHERE bucket LIKE 'muser:%'),
+counted AS (
+	SELECT name, granted, granted_tokens FROM tb_stats WHERE name NOT LIKE 'user:%'
+	UNION ALL
+	SELECT template, granted, granted_tokens FROM tb_template_stats WHERE template = 'muser:*'),
+compared AS (
+	SELECT c.name, c.granted, c.granted_tokens,
+	       coalesce(r.grants, 0) AS grants, coalesce(r.tokens, 0) AS tokens
+	FROM counted AS c LEFT JOIN recorded AS r ON r.bucket = c.name)
+SELECT CASE WHEN count(*) FILTER (WHERE granted <> grants OR granted_tokens <> tokens) = 0
+                 AND count(*) >= 17 AND sum(grants) > 0
+            THEN 'ok 6 - tb_stats counts exactly the ' || sum(grants) FILTER (WHERE name <> 'muser:*')
+                 || ' grants recorded, in ' || count(*) - 1 || ' buckets and the memory template'
+            ELSE 'not ok 6 - tb_stats against the grants recorded: '
+                 || coalesce(left(string_agg(name || ' counted ' || granted || ' (' || granted_tokens
+                    || ' tokens), recorded ' || grants || ' (' || tokens || ')', '; ')
+                    FILTER (WHERE granted <> grants OR granted_tokens <> tokens), 2000), 'too few buckets')
+       END
+FROM compared;
 SQL
 echo

@@ -1,0 +1,152 @@
+--
+-- stats: the counters of tb_stats and tb_template_stats (the test server
+-- preloads the library).  Every call counts for each of its buckets when
+-- its transaction ends: grants, refunds and pauses only if it commits,
+-- denials, waits and timeouts either way.  Rates are slow (per hour) so
+-- that no refill changes a decision.
+--
+CREATE EXTENSION tokenbucket;
+SELECT tb_create('tab', 3, 1, '1 hour'), tb_create('mem', 3, 1, '1 hour', memory => true),
+       tb_create('user:*', 2, 1, '1 hour'), tb_create('muser:*', 2, 1, '1 hour', memory => true),
+       tb_create('quick', 1, 1);
+SELECT clock_timestamp() AS t0 \gset
+
+-- a bucket nobody used has a row of zeros, counting since the start (or
+-- the last reset of every counter)
+SELECT name, memory, template, granted, granted_tokens, denied, waited, wait_seconds,
+       timeouts, refunded_tokens, pauses, since < :'t0' AS since_before, round(tokens::numeric, 2) AS tokens
+FROM tb_stats ORDER BY name;
+
+-- grants and denials, from every function that decides; tb_peek only looks
+SELECT tb_acquire('tab'), tb_acquire('tab', 2), tb_acquire('tab');
+SELECT granted FROM tb_try('mem', 2.5);
+SELECT granted FROM tb_try('mem', 1);
+SELECT granted FROM tb_peek('mem', 0.5);
+SELECT tb_acquire('user:1'), tb_acquire('user:1'), tb_acquire('user:1'), tb_acquire('user:2', 2);
+SELECT tb_acquire('muser:1', 2), tb_acquire('muser:1');
+SELECT name, memory, template, granted, granted_tokens, denied, since >= :'t0' AS since_after
+FROM tb_stats ORDER BY name;
+
+-- all or nothing: a grant counts for every bucket, a denial only for the
+-- buckets that held it back
+SELECT tb_reset('tab'), tb_reset('mem');
+SELECT tb_acquire_all('{tab,mem}', '{1,2}');
+SELECT tb_acquire_all('{tab,mem}', '{1,2}');
+SELECT name, granted FROM tb_try_all('{mem,tab}', '{0.5,0.5}');
+SELECT name, granted, granted_tokens, denied FROM tb_stats WHERE name IN ('tab', 'mem') ORDER BY name;
+
+-- the counts are those of committed transactions: a rollback gives the
+-- grants back, but the caller did see its denials
+SELECT tb_stats_reset();
+SELECT tb_reset('tab'), tb_reset('mem');
+BEGIN;
+SELECT tb_acquire('tab', 3), tb_acquire('tab'), tb_acquire('mem', 2);
+-- nothing shows before the transaction ends
+SELECT name, granted, denied FROM tb_stats WHERE name IN ('tab', 'mem') ORDER BY name;
+ROLLBACK;
+SELECT name, granted, granted_tokens, denied FROM tb_stats WHERE name IN ('tab', 'mem') ORDER BY name;
+BEGIN;
+SELECT tb_acquire('mem');
+SAVEPOINT s;
+SELECT tb_acquire('mem'), tb_acquire('mem', 3);
+ROLLBACK TO SAVEPOINT s;
+SAVEPOINT t;
+SELECT tb_acquire('mem');
+RELEASE SAVEPOINT t;
+COMMIT;
+SELECT name, granted, granted_tokens, denied FROM tb_stats WHERE name = 'mem';
+
+-- refunds, settlements both ways, pauses; tb_sync and tb_reset count nothing
+SELECT tb_stats_reset();
+SELECT round(tb_refund('tab', 1)::numeric, 2) AS refund, round(tb_settle('tab', 2, 0.5)::numeric, 2) AS settle_less,
+       round(tb_settle('mem', 1, 2.5)::numeric, 2) AS settle_more;
+SELECT tb_pause('mem', interval '1 minute'), tb_pause_until('tab', 'infinity'),
+       tb_pause('tab', interval '-1 minute');
+SELECT round(tb_sync('tab', 0)::numeric, 2) AS synced, tb_reset('tab');
+SELECT name, granted, granted_tokens, refunded_tokens, pauses FROM tb_stats
+WHERE name IN ('tab', 'mem') ORDER BY name;
+
+-- waits: one that waits for its token (quick gains one a second), one that
+-- times out after waiting, one with no time to wait
+SELECT tb_stats_reset('quick');
+SELECT tb_acquire('quick'), tb_acquire_wait('quick', 1, '10 s') AS after_waiting;
+SELECT tb_acquire_wait('quick', 1, '300 ms') AS timed_out;
+SELECT tb_acquire('quick'), tb_acquire_wait('quick', 1, '0') AS no_time;
+SELECT granted, denied, waited, wait_seconds > 0.2 AND wait_seconds < 10 AS wait_seconds_plausible,
+       timeouts
+FROM tb_stats WHERE name = 'quick';
+
+-- a template sums its buckets, those purged included, and says how many
+-- there are now
+SELECT tb_stats_reset();
+SELECT tb_acquire('user:3'), tb_acquire('user:4'), tb_acquire('user:4'), tb_acquire('user:4');
+SELECT tb_acquire('muser:7'), tb_acquire('muser:8', 2);
+SELECT template, memory, buckets, granted, granted_tokens, denied FROM tb_template_stats ORDER BY template;
+SELECT tb_reset(name) FROM tb_status WHERE template = 'user:*';
+SELECT tb_purge('0');
+SELECT template, buckets, granted, denied FROM tb_template_stats WHERE template = 'user:*';
+SELECT count(*) AS user_buckets_left FROM tb_stats WHERE template = 'user:*';
+
+-- reset one bucket, a template (and its buckets), or everything; each row
+-- says since when it counts
+SELECT clock_timestamp() AS t1 \gset
+SELECT tb_reset('tab'), tb_reset('mem');
+SELECT tb_acquire('tab'), tb_acquire('mem'), tb_acquire('muser:7');
+SELECT tb_stats_reset('tab');
+SELECT name, granted, since >= :'t1' AS since_reset FROM tb_stats WHERE name IN ('tab', 'mem') ORDER BY name;
+SELECT tb_stats_reset('muser:*');
+SELECT name, granted, since >= :'t1' AS since_reset FROM tb_stats WHERE template = 'muser:*' ORDER BY name;
+-- after a template's reset, its buckets count in it again
+SELECT tb_acquire('muser:8'), tb_acquire('muser:9');
+SELECT template, granted, denied, since >= :'t1' AS since_reset FROM tb_template_stats ORDER BY template;
+SELECT tb_stats_reset();
+SELECT count(*) AS rows, bool_and(since >= :'t1') AS all_since_reset,
+       sum(granted + denied) AS counted
+FROM tb_stats;
+-- a name no bucket has, or too long to count, resets nothing and fails not
+SELECT tb_stats_reset('no such bucket'), tb_stats_reset(repeat('x', 200));
+
+-- tracking can be turned off, by a superuser (or in postgresql.conf)
+SET tokenbucket.track_stats = off;
+SELECT tb_acquire('tab');
+RESET tokenbucket.track_stats;
+SELECT tb_acquire('tab');
+SELECT name, granted FROM tb_stats WHERE name = 'tab';
+
+-- a bucket whose name is longer than an entry holds (128 bytes) is not
+-- counted: its row stays at zero
+SELECT tb_create(repeat('l', 129), 5, 1, '1 hour');
+SELECT tb_acquire(repeat('l', 129));
+SELECT length(name), granted FROM tb_stats WHERE name LIKE 'lll%';
+
+-- privileges: a monitoring role reads the views once granted SELECT on
+-- them; an application role may not read them, nor reset the counters,
+-- nor turn the tracking off
+CREATE ROLE regress_tb_monitor;
+CREATE ROLE regress_tb_stats_app;
+GRANT USAGE ON SCHEMA public TO regress_tb_monitor, regress_tb_stats_app;
+GRANT SELECT ON tb_stats, tb_template_stats TO regress_tb_monitor;
+SET ROLE regress_tb_monitor;
+SELECT name, granted FROM tb_stats WHERE name IN ('tab', 'mem') ORDER BY name;
+SELECT template, granted FROM tb_template_stats ORDER BY template;
+SELECT tb_stats_reset('tab');
+RESET ROLE;
+SET ROLE regress_tb_stats_app;
+SELECT tb_acquire('tab') IS NOT NULL AS called;
+SELECT * FROM tb_stats;
+SELECT * FROM tb_template_stats;
+SELECT * FROM tb_stats_counters();
+SELECT tb_stats_reset();
+SELECT tb_stats_reset('tab');
+SET tokenbucket.track_stats = off;
+RESET ROLE;
+-- the owner can hand resetting on
+GRANT EXECUTE ON FUNCTION tb_stats_reset(text) TO regress_tb_monitor;
+SET ROLE regress_tb_monitor;
+SELECT tb_stats_reset('tab');
+SELECT name, granted FROM tb_stats WHERE name = 'tab';
+RESET ROLE;
+
+DROP EXTENSION tokenbucket;
+DROP OWNED BY regress_tb_monitor, regress_tb_stats_app;
+DROP ROLE regress_tb_monitor, regress_tb_stats_app;
