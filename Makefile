@@ -5,6 +5,8 @@ MODULE_big = tokenbucket
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
 OBJS = src/tokenbucket.o src/bucket.o src/table_store.o src/memory_store.o src/stats.o src/wait.o
 DATA = $(wildcard sql/$(EXTENSION)--*.sql)
+# the queries file for prometheus-postgres-exporter, into $(pg_config --docdir)/extension
+DOCS = prometheus/tokenbucket.yaml
 
 # pg_regress: inputs in sql/, outputs in expected/
 REGRESS = api errors clock security settle all templates upgrade exact look memory stats

@@ -14,9 +14,13 @@
 # on memory buckets (tokenbucket_memory: the same calls on buckets made
 # with memory => true, the library preloaded).
 #
+# First, the cost of the counters of tb_stats: the same calls with
+# tokenbucket.track_stats on and off in turn (bench/counters.csv).
+#
 # Writes bench/results.csv and bench/results.png and prints a table.
-# BENCH_SECONDS sets each run's length (default 10).  Not a test: nothing
-# here fails on a speed.
+# BENCH_SECONDS sets each run's length (default 10); BENCH_ONLY=counters
+# runs the counters' comparison alone.  Not a test: nothing here fails on
+# a speed.
 
 source "$(dirname "$0")/../scripts/common.sh"
 
@@ -120,6 +124,33 @@ run_pg() {	# run_pg SCENARIO IMPL DB SYNC CLIENTS
 	printf '%s,%s,%s,%d,%.0f,%s,%s,%s\n' "$scenario" "$impl" "$sync" "$c" "$tps" \
 		"$(percentile 50)" "$(percentile 99)" "$wal" | tee -a "$OUT"
 }
+
+# The cost of the counters (tb_stats): the hot bucket at 8 clients, with
+# tokenbucket.track_stats on and off in turn, three rounds, synchronous
+# commit off so that the call is all there is.  Writes bench/counters.csv
+# and prints each kind's rate with counters over without.
+run_counters() {
+	local csv=$TOP/bench/counters.csv round stats impl tps
+	echo "implementation,track_stats,round,tps" >"$csv"
+	for round in 1 2 3; do
+		for stats in on off; do
+			for impl in tokenbucket tokenbucket_memory; do
+				tps=$(PGOPTIONS="-c synchronous_commit=off -c tokenbucket.track_stats=$stats" \
+					pgbench -n -M prepared -c 8 -j 2 -T "$BENCH_SECONDS" -f "$W/hot.$impl.sql" bench 2>&1 |
+					sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p')
+				printf '%s,%s,%d,%.0f\n' "$impl" "$stats" "$round" "$tps" | tee -a "$csv"
+			done
+		done
+	done
+	awk -F, 'NR > 1 { sum[$1 "," $2] += $4 }
+		END { for (impl in sum) if (impl ~ /,on$/) { base = impl; sub(/,on$/, "", base)
+			printf "%s: %.1f%% of the rate without counters\n", base,
+				100 * sum[base ",on"] / sum[base ",off"] } }' "$csv" | sort
+}
+say "counters: tokenbucket.track_stats on and off in turn ($BENCH_SECONDS s per run)"
+run_counters
+# BENCH_ONLY=counters: that, and nothing else
+[ "${BENCH_ONLY:-}" = counters ] && exit 0
 
 say "PostgreSQL: $BENCH_SECONDS s per run"
 for sync in on off; do

@@ -33,7 +33,7 @@ REVOKE ALL ON FUNCTION @extschema@.tb_stats_reset(text) FROM PUBLIC;
 
 --
 -- A row per bucket (templates excepted): its counters, since when they
--- count, and the tokens it holds now.
+-- count, and beside them its limit and the tokens it holds now.
 --
 CREATE VIEW @extschema@.tb_stats AS
 WITH c AS MATERIALIZED (
@@ -42,6 +42,8 @@ WITH c AS MATERIALIZED (
 SELECT s.name,
 	s.memory,
 	s.template,
+	s.capacity,
+	s.refill_rate,
 	coalesce(c.granted, 0) AS granted,
 	coalesce(c.granted_tokens, 0) AS granted_tokens,
 	coalesce(c.denied, 0) AS denied,
@@ -58,7 +60,7 @@ LEFT JOIN c ON c.name OPERATOR(pg_catalog.=) s.name
 WHERE NOT s.is_template;
 
 COMMENT ON VIEW @extschema@.tb_stats IS
-	'each bucket''s counters (grants, denials, waits, timeouts, refunds, pauses), since when they count, and its tokens now';
+	'each bucket''s counters (grants, denials, waits, timeouts, refunds, pauses), since when they count, its limit and its tokens now';
 
 --
 -- A row per template: the counters of every bucket made from it, purged

@@ -96,6 +96,13 @@ static int	max_stats_buckets = 10000;
 static StatsShared *shared = NULL;
 static HTAB *hash = NULL;
 
+/*
+ * The entries this backend counted in last, and the key they belong to:
+ * a bucket called again and again needs no lookup.
+ */
+static SharedKey last_key;
+static Pending last = {0};
+
 /* this backend's transaction */
 static Pending *pendings = NULL;
 static int	npendings = 0;
@@ -352,7 +359,20 @@ stats_count(Oid relid, text *name, const StatsCounters *delta,
 	reserve_pending();
 	pending = &pendings[npendings];
 
-	for (int attempt = 0; attempt < 2; attempt++)
+	/*
+	 * The entry counted in last, if it is this bucket's and still there.
+	 * Its serial is read without the lock: a removal or a reset that
+	 * changes it while we read is one that happened just after this call,
+	 * whose counts it then drops, as it drops those of any open transaction.
+	 */
+	entry = NULL;
+	if (last.entry != NULL && shared_key_match(&last_key, &key, 0) == 0 &&
+		((volatile StatsEntry *) last.entry)->serial == last.serial)
+	{
+		entry = last.entry;
+		*pending = last;
+	}
+	for (int attempt = 0; attempt < 2 && entry == NULL; attempt++)
 	{
 		LWLockAcquire(shared->lock, LW_SHARED);
 		entry = hash_search(hash, &key, HASH_FIND, NULL);
@@ -362,10 +382,11 @@ stats_count(Oid relid, text *name, const StatsCounters *delta,
 			pending->serial = entry->serial;
 			pending->template = entry->template;
 			pending->template_serial = entry->template_serial;
+			last = *pending;
+			last_key = key;
 		}
 		LWLockRelease(shared->lock);
-		if (entry != NULL || attempt > 0 ||
-			!make_entries(&key, template_of(arg), now))
+		if (entry == NULL && (attempt > 0 || !make_entries(&key, template_of(arg), now)))
 			break;
 	}
 	if (entry == NULL)

@@ -7,12 +7,15 @@
 #   isolation     test/isolation/specs/*.spec (pg_isolation_regress)
 #   pgTAP         test/pgtap/*.sql, run by pg_prove
 #   TAP           test/t/*.pl (PostgreSQL::Test::Cluster): crash, replica,
-#                 upgrade and dump
+#                 upgrade and dump, memory buckets and counters across
+#                 restarts
 #   stress        test/stress.sh: 64 sessions on a mix of buckets, never overdrawn
 #   wait          test/wait.sh: waiting on the real clock
 #   locks         test/locks.sh: timeouts whatever holds a row; sleepers
 #                 never hold up a DBA's ALTER TABLE
 #   memory        test/memory.sh: memory flat over many calls; valgrind
+#   exporter      test/exporter.sh: prometheus-postgres-exporter with
+#                 prometheus/tokenbucket.yaml, scraped over HTTP, exact
 #   examples      test/examples.sh: examples/ in a short mode, each with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
 #
@@ -23,7 +26,7 @@
 source "$(dirname "$0")/../scripts/common.sh"
 
 tb_install_packages "postgresql-$PGVERSION-pgtap" libtap-parser-sourcehandler-pgtap-perl \
-	libipc-run-perl valgrind
+	libipc-run-perl valgrind prometheus-postgres-exporter curl
 tb_build_install
 say "starting a throwaway PostgreSQL $PGVERSION"
 tb_start_server
@@ -127,7 +130,7 @@ rc=0
 grep -v '^# \(WARNING\|pgbench\)' "$LOG"
 count_tap "$LOG" $rc
 
-for script in stress wait locks memory examples; do
+for script in stress wait locks memory exporter examples; do
 	say "$script (test/$script.sh)"
 	rc=0
 	bash "$TOP/test/$script.sh" >"$LOG" 2>&1 || rc=$?

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# test/exporter.sh: the Prometheus metrics of prometheus/tokenbucket.yaml,
+# end to end.  Known traffic (100 grants and 50 denials on a table bucket,
+# 3 waits, grants and denials on per-key memory buckets), then Debian's
+# prometheus-postgres-exporter started against the test server with that
+# file, connected as a monitoring role granted SELECT on the two views and
+# nothing else, and /metrics scraped over loopback with curl: every
+# number must be exact, every counter a counter, and the per-key buckets
+# summed into their template's series rather than exported one by one.
+# Prints TAP.
+set -euo pipefail
+DB=tb_exporter
+TOP=$(cd "$(dirname "$0")/.." && pwd)
+WORK=$(mktemp -d)
+EXPORTER=
+cleanup() {
+	if [ -n "$EXPORTER" ]; then
+		kill "$EXPORTER" 2>/dev/null || true
+		wait "$EXPORTER" 2>/dev/null || true
+	fi
+	rm -rf "$WORK"
+	dropdb --if-exists "$DB" >/dev/null 2>&1 || true
+	psql -X -q -c 'DROP ROLE IF EXISTS regress_tb_prometheus' >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+source "$TOP/test/checks.sh"
+
+echo "1..12"
+createdb "$DB"
+q <<'SQL' >/dev/null
+CREATE EXTENSION tokenbucket;
+SELECT tb_create('api', 100, 1, '1 hour'), tb_create('queue', 1, 2),
+       tb_create('muser:*', 2, 1, '1 hour', memory => true);
+-- 150 calls on api: 100 granted, 50 denied
+SELECT count(*) FILTER (WHERE tb_acquire('api')) FROM generate_series(1, 150);
+-- queue is emptied, then three calls wait half a second each for a token
+SELECT tb_acquire('queue'), tb_acquire_wait('queue', 1, '10 s'),
+       tb_acquire_wait('queue', 1, '10 s'), tb_acquire_wait('queue', 1, '10 s');
+-- five per-key memory buckets: 2 grants and 1 denial each
+SELECT count(tb_acquire('muser:' || k)) FROM generate_series(1, 5) AS k, generate_series(1, 3);
+CREATE ROLE regress_tb_prometheus LOGIN;
+GRANT SELECT ON tb_stats, tb_template_stats TO regress_tb_prometheus;
+SQL
+
+# the exporter, as the monitoring role, on a free port of loopback
+PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+DATA_SOURCE_NAME="host=127.0.0.1 port=$PGPORT user=regress_tb_prometheus dbname=$DB sslmode=disable" \
+	prometheus-postgres-exporter --extend.query-path="$TOP/prometheus/tokenbucket.yaml" \
+	--web.listen-address="127.0.0.1:$PORT" --log.level=warn >"$WORK/exporter.log" 2>&1 &
+EXPORTER=$!
+
+# scrape until the exporter answers with our metrics (it starts in well
+# under a second; 30 s leaves room for a busy machine)
+METRICS=$WORK/metrics
+for _ in $(seq 300); do
+	if curl -sf "http://127.0.0.1:$PORT/metrics" -o "$METRICS" &&
+		grep -q '^tokenbucket_granted_total' "$METRICS"; then
+		break
+	fi
+	sleep 0.1
+done
+if grep -q '^tokenbucket_granted_total' "$METRICS" 2>/dev/null; then
+	echo "ok 1 - /metrics over HTTP on loopback has tokenbucket's series"
+else
+	echo "not ok 1 - no tokenbucket series from the exporter"
+	sed 's/^/# /' "$WORK/exporter.log" "$METRICS" 2>/dev/null | grep -i 'tokenbucket\|error' | head -20
+fi
+
+# metric NAME LABEL=VALUE: the value of the series with that label
+metric() {
+	awk -v name="$1" -v label="$2=\"$3\"" '
+		$1 ~ "^" name "\\{" && index($1, label) { print $2; exit }' "$METRICS"
+}
+# expect N DESCRIPTION ACTUAL EXPECTED
+expect() {
+	if [ "$3" = "$4" ]; then
+		echo "ok $1 - $2: $3"
+	else
+		echo "not ok $1 - $2: got '$3', expected '$4'"
+	fi
+}
+
+expect 2 "api: granted_total" "$(metric tokenbucket_granted_total bucket api)" 100
+expect 3 "api: granted_tokens_total" "$(metric tokenbucket_granted_tokens_total bucket api)" 100
+expect 4 "api: denied_total" "$(metric tokenbucket_denied_total bucket api)" 50
+expect 5 "queue: waited_total, granted_total (the 3 waits and the first call)" \
+	"$(metric tokenbucket_waited_total bucket queue) $(metric tokenbucket_granted_total bucket queue)" "3 4"
+# three waits of half a second each: 1 to 30 seconds, whatever the machine
+wait_seconds=$(metric tokenbucket_wait_seconds_total bucket queue)
+if awk -v s="${wait_seconds:-0}" 'BEGIN { exit !(s >= 1 && s < 30) }'; then
+	echo "ok 6 - queue: wait_seconds_total is the three half-second waits ($wait_seconds s)"
+else
+	echo "not ok 6 - queue: wait_seconds_total is '$wait_seconds', not 1 to 30 s"
+fi
+expect 7 "muser:*: the template's series sums its five buckets (granted, denied, buckets)" \
+	"$(metric tokenbucket_template_granted_total template 'muser:*') $(metric tokenbucket_template_denied_total template 'muser:*') $(metric tokenbucket_template_buckets template 'muser:*')" \
+	"10 5 5"
+expect 8 "api: limit and level gauges (capacity, refill rate per second x 3600, tokens < 1)" \
+	"$(metric tokenbucket_capacity_tokens bucket api) $(awk -v r="$(metric tokenbucket_refill_rate_tokens_per_second bucket api)" 'BEGIN { printf "%.0f", r * 3600 }') $(awk -v t="$(metric tokenbucket_tokens bucket api)" 'BEGIN { print (t < 1) }')" \
+	"100 1 1"
+expect 9 "per-key buckets are not exported one by one" \
+	"$(grep -c 'bucket="muser:' "$METRICS" || true)" 0
+expect 10 "counters are typed counter, levels gauge" \
+	"$(grep -c '^# TYPE tokenbucket_[a-z_]*_total counter$' "$METRICS") $(grep -c '^# TYPE tokenbucket_\(tokens\|capacity_tokens\|refill_rate_tokens_per_second\|template_buckets\) gauge$' "$METRICS")" \
+	"16 4"
+# since: when counting started, as seconds since the epoch, in the past
+start=$(metric tokenbucket_start_time_seconds bucket api)
+now=$(date +%s)
+if awk -v s="${start:-0}" -v now="$now" 'BEGIN { exit !(s > now - 86400 && s <= now + 1) }'; then
+	echo "ok 11 - start_time_seconds says when counting started ($start)"
+else
+	echo "not ok 11 - start_time_seconds is '$start' (now $now)"
+fi
+
+# a reset shows in the next scrape: the counter starts again from zero
+q -c "SELECT tb_stats_reset('api')" >/dev/null
+curl -sf "http://127.0.0.1:$PORT/metrics" -o "$METRICS"
+expect 12 "after tb_stats_reset('api'), the next scrape says granted_total 0" \
+	"$(metric tokenbucket_granted_total bucket api)" 0
