@@ -1,5 +1,6 @@
 # Upgrade and dump: buckets made under 1.0 survive ALTER EXTENSION UPDATE
-# (through 1.1 and 1.2 to 1.3) and keep working; pg_dump and pg_restore into a new
+# (through every version to this library's, tokenbucket.control's
+# default_version) and keep working; pg_dump and pg_restore into a new
 # database keep every bucket exactly, a pause "for ever" set by a role with
 # EXECUTE only included; DROP EXTENSION removes everything it made.
 use strict;
@@ -7,24 +8,29 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use File::Basename qw(dirname);
+
+# the version this library is, as the control file says
+my ($version) = slurp_file(dirname(__FILE__) . '/../../tokenbucket.control')
+	=~ /^default_version = '([^']+)'/m;
 
 my $node = PostgreSQL::Test::Cluster->new('main');
 $node->init;
 $node->start;
 
-# 1.0, with buckets made by plain SQL (this library is 1.3's, so the 1.0
-# functions ask for the update), one of them half empty
+# 1.0, with buckets made by plain SQL (this library is a later version's,
+# so the 1.0 functions ask for the update), one of them half empty
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION tokenbucket VERSION '1.0';
 	INSERT INTO tb_buckets (name, capacity, refill_rate) VALUES ('full', 5, 1.0 / 3600);
 	INSERT INTO tb_buckets (name, capacity, refill_rate, deficit) VALUES ('half', 4, 1.0 / 3600, 2);
 });
 my ($rc, $out, $err) = $node->psql('postgres', "SELECT tb_acquire('full')");
-like($err, qr/extension tokenbucket is version 1.0, its library is version 1.3/,
-	'1.0 objects with the 1.3 library ask for the update');
+like($err, qr/extension tokenbucket is version 1.0, its library is version \Q$version\E/,
+	"1.0 objects with the $version library ask for the update");
 $node->safe_psql('postgres', 'ALTER EXTENSION tokenbucket UPDATE');
 is($node->safe_psql('postgres', "SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket'"),
-	'1.3', 'updated to 1.3');
+	$version, "updated to $version");
 is($node->safe_psql('postgres',
 	"SELECT string_agg(name || '=' || round(tokens::numeric, 2), ' ' ORDER BY name) FROM tb_status"),
 	'full=5.00 half=2.00', 'the buckets are kept, levels and all');
