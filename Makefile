@@ -1,10 +1,12 @@
 # tokenbucket: PGXS build, plus the two set-up commands (demo, test).
 
-EXTENSION = tokenbucket
+# tokenbucket, and tokenbucket_proxy (SQL only) for a PL/Proxy database in
+# front of several servers that run tokenbucket
+EXTENSION = tokenbucket tokenbucket_proxy
 MODULE_big = tokenbucket
-EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" tokenbucket.control)
 OBJS = src/tokenbucket.o src/bucket.o src/table_store.o src/memory_store.o src/stats.o src/wait.o
-DATA = $(wildcard sql/$(EXTENSION)--*.sql)
+DATA = $(wildcard sql/tokenbucket--*.sql sql/tokenbucket_proxy--*.sql)
 # the queries file for prometheus-postgres-exporter, into $(pg_config --docdir)/extension
 DOCS = prometheus/tokenbucket.yaml
 

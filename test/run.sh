@@ -16,6 +16,8 @@
 #   memory        test/memory.sh: memory flat over many calls; valgrind
 #   exporter      test/exporter.sh: prometheus-postgres-exporter with
 #                 prometheus/tokenbucket.yaml, scraped over HTTP, exact
+#   proxy         test/proxy.sh: tokenbucket_proxy in front of three servers
+#                 holding four partitions, one of them stopped midway
 #   examples      test/examples.sh: examples/ in a short mode, each with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
 #
@@ -26,7 +28,7 @@
 source "$(dirname "$0")/../scripts/common.sh"
 
 tb_install_packages "postgresql-$PGVERSION-pgtap" libtap-parser-sourcehandler-pgtap-perl \
-	libipc-run-perl valgrind prometheus-postgres-exporter curl
+	libipc-run-perl valgrind prometheus-postgres-exporter curl "postgresql-$PGVERSION-plproxy"
 tb_build_install
 say "starting a throwaway PostgreSQL $PGVERSION"
 tb_start_server
@@ -130,7 +132,7 @@ rc=0
 grep -v '^# \(WARNING\|pgbench\)' "$LOG"
 count_tap "$LOG" $rc
 
-for script in stress wait locks memory exporter examples; do
+for script in stress wait locks memory exporter proxy examples; do
 	say "$script (test/$script.sh)"
 	rc=0
 	bash "$TOP/test/$script.sh" >"$LOG" 2>&1 || rc=$?
