@@ -17,19 +17,32 @@
 # First, the cost of the counters of tb_stats: the same calls with
 # tokenbucket.track_stats on and off in turn (bench/counters.csv).
 #
+# Then tokenbucket_proxy: grants through a PL/Proxy database in front of
+# 1, 2 and 4 shard servers, beside the same calls made directly, with the
+# CPU time the proxy and the shards spend per call (bench/proxy.csv).
+#
 # Writes bench/results.csv and bench/results.png and prints a table.
 # BENCH_SECONDS sets each run's length (default 10); BENCH_ONLY=counters
-# runs the counters' comparison alone.  Not a test: nothing here fails on
-# a speed.
+# or BENCH_ONLY=proxy runs that comparison alone.  Not a test: nothing
+# here fails on a speed.
 
 source "$(dirname "$0")/../scripts/common.sh"
+source "$TOP/test/proxy/cluster.sh"
 
 : "${BENCH_SECONDS:=10}"
 CLIENTS=(1 8 32)
 OUT=$TOP/bench/results.csv
 
-tb_install_packages redis-server gnuplot-nox
+tb_install_packages redis-server gnuplot-nox "postgresql-$PGVERSION-plproxy"
 tb_build_install
+
+# tokenbucket_proxy first, on servers of its own
+trap px_cleanup EXIT
+if [ "${BENCH_ONLY:-proxy}" = proxy ]; then
+	say "tokenbucket_proxy: direct, and through PL/Proxy to 1, 2 and 4 shards ($BENCH_SECONDS s per run)"
+	source "$TOP/bench/proxy.sh"
+	[ "${BENCH_ONLY:-}" = proxy ] && exit 0
+fi
 
 # Huge pages for the server's shared memory, as for any large one: a new
 # backend otherwise faults in, 4 kB at a time, every page of the
@@ -56,7 +69,7 @@ REDIS_PORT=$((PGPORT + 1))
 "${TB_RUNAS[@]}" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' \
 	--appendonly no --dir "$TB_TMP" --daemonize yes --pidfile "$TB_TMP/redis.pid" \
 	--logfile "$TB_TMP/redis.log"
-trap 'redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true; restore_hugepages; tb_cleanup' EXIT
+trap 'redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true; px_cleanup; restore_hugepages; tb_cleanup' EXIT
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 say "loading 10,000 and 1,000,000 buckets"
@@ -147,10 +160,12 @@ run_counters() {
 			printf "%s: %.1f%% of the rate without counters\n", base,
 				100 * sum[base ",on"] / sum[base ",off"] } }' "$csv" | sort
 }
-say "counters: tokenbucket.track_stats on and off in turn ($BENCH_SECONDS s per run)"
-run_counters
+if [ "${BENCH_ONLY:-counters}" = counters ]; then
+	say "counters: tokenbucket.track_stats on and off in turn ($BENCH_SECONDS s per run)"
+	run_counters
+fi
 # BENCH_ONLY=counters: that, and nothing else
-[ "${BENCH_ONLY:-}" = counters ] && exit 0
+[ -n "${BENCH_ONLY:-}" ] && exit 0
 
 say "PostgreSQL: $BENCH_SECONDS s per run"
 for sync in on off; do
