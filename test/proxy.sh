@@ -42,7 +42,7 @@ h = int(hashlib.md5(key.encode()).hexdigest()[:8], 16)
 print(h & (int(sys.argv[2]) - 1))' "$@"
 }
 
-echo "1..16"
+echo "1..17"
 px_init
 for s in a b c proxy; do px_server "$s"; done
 px_cluster tb a:tb_p0 b:tb_p1 c:tb_p2 a:tb_p3 2>/dev/null
@@ -69,7 +69,31 @@ else
 		"$(head -n 60 "$W/diff")"
 fi
 
-# 2-3. routing: 400 per-key buckets, made through the proxy, each found in
+# 2. the same API: every function an application or a DBA calls, with the
+# same arguments, defaults, result, strictness, volatility and grants
+api_of() {	# api_of SERVER DB EXTENSION
+	px_psql "$1" "$2" -v ext="$3" <<'SQL'
+SELECT p.oid::regprocedure, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
+       p.proisstrict, p.provolatile, p.proacl
+FROM pg_proc p
+JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = :'ext'
+WHERE p.proname IN ('tb_acquire', 'tb_try', 'tb_peek', 'tb_acquire_wait', 'tb_acquire_all',
+                    'tb_acquire_all_wait', 'tb_try_all', 'tb_refund', 'tb_settle', 'tb_sync',
+                    'tb_pause', 'tb_pause_until', 'tb_create', 'tb_alter', 'tb_drop',
+                    'tb_reset', 'tb_purge')
+ORDER BY p.oid::regprocedure::text
+SQL
+}
+api_of a tb_direct tokenbucket >"$W/api.direct"
+api_of proxy tb tokenbucket_proxy >"$W/api.proxy"
+if [ "$(wc -l <"$W/api.direct")" -eq 18 ] && diff -u "$W/api.direct" "$W/api.proxy" >"$W/api.diff"; then
+	ok "the proxy has tokenbucket's 18 functions, the same signatures, defaults, results, labels and grants"
+else
+	not_ok "the proxy's API differs" "$(head -n 30 "$W/api.diff")"
+fi
+
+# 3-4. routing: 400 per-key buckets, made through the proxy, each found in
 # the database its partition names, and nowhere else
 P -c "SELECT tb_create('k:*', 1, 1)" \
 	-c "SELECT count(tb_acquire(n)) FROM (SELECT 'k:' || i AS n FROM generate_series(1, 300) AS i
@@ -106,7 +130,7 @@ else
 	not_ok "tb_shard() disagrees on $mismatch names"
 fi
 
-# 4-6. hash tags: one shard, all or nothing; different keys refused
+# 5-7. hash tags: one shard, all or nothing; different keys refused
 P -c "SELECT tb_create('{user42}:rpm', 3, 1, '1000 hours'), tb_create('{user42}:tpm', 100, 1, '1000 hours'),
              tb_create('solo', 5, 1, '1000 hours')" >/dev/null
 p=$(P -c "SELECT tb_shard('{user42}:rpm')")
@@ -132,7 +156,7 @@ else
 	not_ok "a cross-shard tb_acquire_all was not refused cleanly" "$out"
 fi
 
-# 7-8. the stress test's window check, 64 sessions through the proxy: a hot
+# 8-9. the stress test's window check, 64 sessions through the proxy: a hot
 # bucket, per-user buckets from a template, a tagged pair taken together.
 # Each grant is recorded with the proxy's clock just before and just after
 # the call; all servers share this machine's clock.  The first seconds go
@@ -182,7 +206,7 @@ else
 	not_ok "windows through the proxy" "checked, overdrawn: $checked; grants: $grants"
 fi
 
-# 9-10. a statement_timeout on the proxy ends a wait, on the shard too: the
+# 10-11. a statement_timeout on the proxy ends a wait, on the shard too: the
 # waiting call is cancelled there and takes nothing later
 P -c "SELECT tb_create('slow', 1, 1, '4 s'), tb_acquire('slow')" >/dev/null
 p=$(P -c "SELECT tb_shard('slow')")
@@ -214,7 +238,7 @@ else
 		"peek: $(P -c "SELECT * FROM tb_peek('slow')")"
 fi
 
-# 11-13. one shard down: its buckets fail, naming it; the others go on;
+# 12-14. one shard down: its buckets fail, naming it; the others go on;
 # back up, it serves again
 P -c "SELECT tb_create('b' || i, 5, 1) FROM generate_series(1, 40) AS i" >/dev/null
 px_stop c
@@ -255,7 +279,7 @@ else
 	not_ok "after the restart, $ok_again of $down buckets answer"
 fi
 
-# 14-15. privileges: a role gets what tokenbucket gives it, no more
+# 15-16. privileges: a role gets what tokenbucket gives it, no more
 P <<'SQL' >/dev/null
 CREATE ROLE regress_tb_proxy_worker;
 GRANT USAGE ON FOREIGN SERVER tokenbucket TO regress_tb_proxy_worker;
@@ -280,7 +304,7 @@ else
 	not_ok "only $denied of 10 privileged calls were refused"
 fi
 
-# 16. nothing left running
+# 17. nothing left running
 px_cleanup
 if ! pgrep -f "$PX" >/dev/null; then
 	ok "every server stopped, nothing left running"
