@@ -14,12 +14,12 @@
 # on memory buckets (tokenbucket_memory: the same calls on buckets made
 # with memory => true, the library preloaded).
 #
-# First, the cost of the counters of tb_stats: the same calls with
-# tokenbucket.track_stats on and off in turn (bench/counters.csv).
-#
-# Then tokenbucket_proxy: grants through a PL/Proxy database in front of
-# 1, 2 and 4 shard servers, beside the same calls made directly, with the
-# CPU time the proxy and the shards spend per call (bench/proxy.csv).
+# First tokenbucket_proxy, on servers of its own: grants through a
+# PL/Proxy database in front of 1, 2 and 4 shard servers, beside the same
+# calls made directly, with the CPU time the proxy and the shards spend
+# per call (bench/proxy.csv).  Then the cost of the counters of tb_stats:
+# the same calls with tokenbucket.track_stats on and off in turn
+# (bench/counters.csv).
 #
 # Writes bench/results.csv and bench/results.png and prints a table.
 # BENCH_SECONDS sets each run's length (default 10); BENCH_ONLY=counters
@@ -164,7 +164,7 @@ if [ "${BENCH_ONLY:-counters}" = counters ]; then
 	say "counters: tokenbucket.track_stats on and off in turn ($BENCH_SECONDS s per run)"
 	run_counters
 fi
-# BENCH_ONLY=counters: that, and nothing else
+# BENCH_ONLY=counters (or proxy, which ended above): that, and nothing else
 [ -n "${BENCH_ONLY:-}" ] && exit 0
 
 say "PostgreSQL: $BENCH_SECONDS s per run"
