@@ -5,7 +5,8 @@
 EXTENSION = tokenbucket tokenbucket_proxy
 MODULE_big = tokenbucket
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" tokenbucket.control)
-OBJS = src/tokenbucket.o src/bucket.o src/table_store.o src/memory_store.o src/stats.o src/wait.o
+OBJS = src/bucket.o src/common.o src/shmem.o src/catalog.o src/table_store.o \
+	src/memory_entries.o src/memory_store.o src/stats.o src/router.o src/wait.o src/tokenbucket.o
 DATA = $(wildcard sql/tokenbucket--*.sql sql/tokenbucket_proxy--*.sql)
 # the queries file for prometheus-postgres-exporter, into $(pg_config --docdir)/extension
 DOCS = prometheus/tokenbucket.yaml
@@ -41,7 +42,7 @@ all install installcheck:
 	      "or install postgresql-server-dev-NN and set PG_CONFIG." >&2; exit 1
 endif
 
-.PHONY: demo test bench
+.PHONY: demo test bench bench-compare
 
 # Both set up a fresh Debian 12 machine as root (packages, build, install,
 # a throwaway server) and clean up after themselves.
@@ -55,3 +56,8 @@ test:
 # alternatives, in one run (BENCH_SECONDS per run, default 10).
 bench:
 	bash bench/run.sh
+
+# Not a test either: the memory and table rows of make bench on two
+# revisions (BASE, and OTHER or the working tree), taking turns in one run.
+bench-compare:
+	bash bench/compare.sh $(BASE) $(OTHER)

@@ -35,11 +35,11 @@
 #include "access/xact.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "storage/ipc.h"
 #include "storage/lwlock.h"
-#include "storage/shmem.h"
 #include "storage/spin.h"
-#include "tokenbucket.h"
+#include "common.h"
+#include "shmem.h"
+#include "stats.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -108,61 +108,20 @@ static Pending *pendings = NULL;
 static int	npendings = 0;
 static int	maxpendings = 0;
 
-#if PG_VERSION_NUM >= 150000
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
-/* Shared memory the counters need. */
-static Size
-stats_shmem_size(void)
-{
-	return add_size(MAXALIGN(sizeof(StatsShared)),
-					hash_estimate_size(max_stats_buckets, sizeof(StatsEntry)));
-}
-
-#if PG_VERSION_NUM >= 150000
-/* shmem_request_hook: ask for the counters' memory and lock. */
-static void
-stats_shmem_request(void)
-{
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-	RequestAddinShmemSpace(stats_shmem_size());
-	RequestNamedLWLockTranche("tokenbucket stats", 1);
-}
-#endif
-
 /*
- * shmem_startup_hook: attach to the counters; the first process to get
- * here (the postmaster, at its start or its restart after a crash)
- * starts them from zero.
+ * SharedArea attach: remember where the counters are; the postmaster (at
+ * its start or its restart after a crash) starts them from zero.
  */
 static void
-stats_shmem_startup(void)
+stats_attach(void *state, HTAB *area_hash, LWLockPadded *locks, bool first)
 {
-	bool		found;
-	HASHCTL		info;
-
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	shared = ShmemInitStruct("tokenbucket stats", sizeof(StatsShared), &found);
-	if (!found)
-	{
-		shared->lock = &(GetNamedLWLockTranche("tokenbucket stats"))->lock;
-		shared->started_at = GetCurrentTimestamp();
-		pg_atomic_init_u64(&shared->serials, 1);
-	}
-	info.keysize = sizeof(SharedKey);
-	info.entrysize = sizeof(StatsEntry);
-	info.hash = shared_key_hash;
-	info.match = shared_key_match;
-	hash = ShmemInitHash("tokenbucket counters", max_stats_buckets,
-						 max_stats_buckets, &info,
-						 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_FIXED_SIZE);
-	LWLockRelease(AddinShmemInitLock);
+	shared = state;
+	hash = area_hash;
+	if (!first)
+		return;
+	shared->lock = &locks[0].lock;
+	shared->started_at = GetCurrentTimestamp();
+	pg_atomic_init_u64(&shared->serials, 1);
 }
 
 /* Whether calls are counted now: the library preloaded, and tracking on. */
@@ -492,7 +451,17 @@ stats_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 }
 
-/* Initialize at load time: the GUCs, and the hooks when preloading. */
+static const SharedArea stats_area = {
+	.name = "tokenbucket stats",
+	.state_size = sizeof(StatsShared),
+	.max_entries = &max_stats_buckets,
+	.entry_size = sizeof(StatsEntry),
+	.nlocks = 1,
+	.attach = stats_attach,
+	.shutdown = NULL,
+};
+
+/* Initialize at load time: the GUCs, and shared memory when preloading. */
 void
 stats_init(void)
 {
@@ -514,15 +483,7 @@ stats_init(void)
 							10000, 100, 100000000,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
-#if PG_VERSION_NUM >= 150000
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = stats_shmem_request;
-#else
-	RequestAddinShmemSpace(stats_shmem_size());
-	RequestNamedLWLockTranche("tokenbucket stats", 1);
-#endif
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = stats_shmem_startup;
+	shmem_register(&stats_area);
 	RegisterXactCallback(stats_xact_callback, NULL);
 	RegisterSubXactCallback(stats_subxact_callback, NULL);
 }
@@ -553,7 +514,7 @@ tb_stats_counters(PG_FUNCTION_ARGS)
 	static const char *const views[] = {"tb_stats", "tb_template_stats", NULL};
 	TupleDesc	desc;
 	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
-	Oid			relid = store_relid(fcinfo);
+	Oid			relid = installation_table(fcinfo);
 	HASH_SEQ_STATUS status;
 	StatsEntry *entry;
 	Datum		values[10];
@@ -617,7 +578,7 @@ reset_entry(StatsEntry *entry, TimestampTz now)
 Datum
 tb_stats_reset(PG_FUNCTION_ARGS)
 {
-	Oid			relid = store_relid(fcinfo);
+	Oid			relid = installation_table(fcinfo);
 	TimestampTz now = GetCurrentTimestamp();
 	SharedKey	key;
 	HASH_SEQ_STATUS status;

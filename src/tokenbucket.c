@@ -3,12 +3,11 @@
  * tokenbucket.c
  *	  SQL entry points: checking arguments, and reporting decisions.
  *
- * Each entry point reads the clock once, hands the buckets to the table
- * store (table_store.c, which sends memory buckets on to memory_store.c),
- * the waiting to wait.c, and leaves the arithmetic to bucket.c.  The
- * functions run as their caller; store_connect() switches to the
- * extension's owner, with search_path = pg_catalog, pg_temp, around the
- * table work only, and table_store.c qualifies every name it uses.
+ * Each entry point checks its arguments, reads the clock once, and hands
+ * the buckets to the router (router.c), which finds the store that holds
+ * each and counts what it did; the waiting to wait.c; the arithmetic of a
+ * report to bucket.c.  The functions run as their caller: the table work
+ * switches to the extension's owner around itself (catalog.c).
  *
  * src/tokenbucket.c
  *
@@ -23,7 +22,9 @@
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "tokenbucket.h"
+#include "common.h"
+#include "router.h"
+#include "wait.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -39,8 +40,7 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
-	stats_init();
-	memory_init();
+	router_init();
 }
 
 /* Longest name: well inside what a btree index entry may hold. */
@@ -284,6 +284,7 @@ requests_from_arrays(ArrayType *names, ArrayType *costs, int *nrequests)
 		requests[i].name = DatumGetTextPP(name_datums[i]);
 		requests[i].cost = cost_datums ? DatumGetFloat8(cost_datums[i]) : 1.0;
 		requests[i].position = i;
+		requests[i].template_len = -1;
 		check_bucket_name(requests[i].name);
 		check_number("cost", requests[i].cost, false);
 	}
@@ -313,127 +314,11 @@ requests_from_args(FunctionCallInfo fcinfo, int *nrequests)
 static Request
 request_from(text *name, double cost)
 {
-	Request		request = {.name = name, .cost = cost};
+	Request		request = {.name = name, .cost = cost, .template_len = -1};
 
 	check_bucket_name(name);
 	check_number("cost", cost, false);
 	return request;
-}
-
-/* What store_template_len() needs, for stats_count() to call it. */
-typedef struct TemplateLookup
-{
-	FunctionCallInfo fcinfo;
-	text	   *name;
-} TemplateLookup;
-
-/* stats_count()'s way to learn a bucket's template. */
-static int
-template_of(void *arg)
-{
-	TemplateLookup *lookup = arg;
-
-	return store_template_len(lookup->fcinfo, lookup->name);
-}
-
-/* Count "delta" for bucket "name" when the transaction ends (stats.c). */
-static void
-count(FunctionCallInfo fcinfo, text *name, const StatsCounters *delta,
-	  TimestampTz now)
-{
-	TemplateLookup lookup = {fcinfo, name};
-
-	stats_count(store_relid(fcinfo), name, delta, template_of, &lookup, now);
-}
-
-/*
- * Count a decision made at "now" without waiting: a grant for every bucket,
- * or a denial for each that held the request back (for all, if another
- * session's grant did and none is short now).
- */
-static void
-count_decision(FunctionCallInfo fcinfo, const Request *requests, int nrequests,
-			   bool granted, TimestampTz now)
-{
-	bool		any_short = false;
-
-	if (!stats_enabled())
-		return;
-	for (int i = 0; i < nrequests && !granted; i++)
-		any_short |= !bucket_holds(&requests[i].bucket, requests[i].cost, now);
-	for (int i = 0; i < nrequests; i++)
-	{
-		StatsCounters delta = {0};
-
-		if (granted)
-		{
-			delta.granted = 1;
-			delta.granted_tokens = requests[i].cost;
-		}
-		else if (any_short && bucket_holds(&requests[i].bucket, requests[i].cost, now))
-			continue;
-		else
-			delta.denied = 1;
-		count(fcinfo, requests[i].name, &delta, now);
-	}
-}
-
-/*
- * Count the outcome of a wait for every bucket of the request: a grant or a
- * timeout, and how long it waited ("waited_usecs" -1: it did not).
- */
-static void
-count_wait(FunctionCallInfo fcinfo, const Request *requests, int nrequests,
-		   bool granted, int64 waited_usecs)
-{
-	TimestampTz now;
-
-	if (!stats_enabled())
-		return;
-	now = GetCurrentTimestamp();
-	for (int i = 0; i < nrequests; i++)
-	{
-		StatsCounters delta = {0};
-
-		delta.granted = granted ? 1 : 0;
-		delta.granted_tokens = granted ? requests[i].cost : 0;
-		delta.timeouts = granted ? 0 : 1;
-		delta.waited = waited_usecs >= 0 ? 1 : 0;
-		delta.wait_usecs = Max(waited_usecs, 0);
-		count(fcinfo, requests[i].name, &delta, now);
-	}
-}
-
-/*
- * Take a request now: the decision, without waiting.  When every bucket
- * named is a memory bucket with an entry, it is made without SPI.
- */
-static bool
-take_now(FunctionCallInfo fcinfo, Request *requests, int nrequests,
-		 TimestampTz now)
-{
-	StoreSession session;
-	bool		granted;
-
-	if (memory_enabled())
-	{
-		Oid			relid = store_checked_relid(fcinfo);
-
-		if (OidIsValid(relid) &&
-			memory_take_all(relid, requests, nrequests, now, &granted))
-		{
-			if (!granted)
-				for (int i = 0; i < nrequests; i++)
-					store_check_cost(&requests[i]);
-			count_decision(fcinfo, requests, nrequests, granted, now);
-			return granted;
-		}
-	}
-	session = store_connect(fcinfo, true);
-	granted = store_take_all(fcinfo, requests, nrequests, now);
-	store_finish(&session);
-	count_decision(fcinfo, requests, nrequests, granted, now);
-	return granted;
 }
 
 /* Columns of report_values(): tb_try's, tb_peek's, and tb_try_all's after name. */
@@ -485,7 +370,7 @@ tb_acquire(PG_FUNCTION_ARGS)
 	Request		request = request_from(PG_GETARG_TEXT_PP(0),
 									   PG_NARGS() > 1 ? PG_GETARG_FLOAT8(1) : 1.0);
 
-	PG_RETURN_BOOL(take_now(fcinfo, &request, 1, GetCurrentTimestamp()));
+	PG_RETURN_BOOL(router_take(fcinfo, &request, 1, GetCurrentTimestamp()));
 }
 
 PG_FUNCTION_INFO_V1(tb_try);
@@ -499,7 +384,7 @@ tb_try(PG_FUNCTION_ARGS)
 {
 	Request		request = request_from(PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1));
 	TimestampTz now = GetCurrentTimestamp();
-	bool		granted = take_now(fcinfo, &request, 1, now);
+	bool		granted = router_take(fcinfo, &request, 1, now);
 
 	PG_RETURN_DATUM(report_datum(fcinfo, &request, granted, now));
 }
@@ -516,14 +401,11 @@ PG_FUNCTION_INFO_V1(tb_peek);
 Datum
 tb_peek(PG_FUNCTION_ARGS)
 {
-	StoreSession session;
 	Request		request = request_from(PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1));
 	TimestampTz now = GetCurrentTimestamp();
 	bool		granted;
 
-	session = store_connect(fcinfo, false);
-	store_peek(fcinfo, &request, now);
-	store_finish(&session);
+	router_peek(fcinfo, &request, now);
 	granted = bucket_take(&request.bucket, request.cost, now);
 	PG_RETURN_DATUM(report_datum(fcinfo, &request, granted, now));
 }
@@ -548,7 +430,7 @@ tb_acquire_wait(PG_FUNCTION_ARGS)
 	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 							  GetCurrentTimestamp());
 	granted = wait_and_take(fcinfo, &request, 1, deadline, &waited_usecs);
-	count_wait(fcinfo, &request, 1, granted, waited_usecs);
+	router_count_wait(fcinfo, &request, 1, granted, waited_usecs);
 	PG_RETURN_BOOL(granted);
 }
 
@@ -564,7 +446,7 @@ tb_acquire_all(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(0))
 		PG_RETURN_NULL();
 	requests = requests_from_args(fcinfo, &n);
-	PG_RETURN_BOOL(take_now(fcinfo, requests, n, GetCurrentTimestamp()));
+	PG_RETURN_BOOL(router_take(fcinfo, requests, n, GetCurrentTimestamp()));
 }
 
 PG_FUNCTION_INFO_V1(tb_acquire_all_wait);
@@ -585,61 +467,8 @@ tb_acquire_all_wait(PG_FUNCTION_ARGS)
 	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 							  GetCurrentTimestamp());
 	granted = wait_and_take(fcinfo, requests, n, deadline, &waited_usecs);
-	count_wait(fcinfo, requests, n, granted, waited_usecs);
+	router_count_wait(fcinfo, requests, n, granted, waited_usecs);
 	PG_RETURN_BOOL(granted);
-}
-
-/*
- * Set up a set-returning function's result as a tuplestore of its row
- * type, in the query's memory; *desc is that type.
- */
-Tuplestorestate *
-materialize_begin(FunctionCallInfo fcinfo, TupleDesc *desc)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	MemoryContext oldcontext;
-
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
-		(rsinfo->allowedModes & SFRM_Materialize) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("set-valued function called in context that cannot accept a set")));
-	if (get_call_result_type(fcinfo, NULL, desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-
-	oldcontext = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	*desc = CreateTupleDescCopy(*desc);
-	rsinfo->returnMode = SFRM_Materialize;
-	rsinfo->setResult = tuplestore_begin_heap(true, false, work_mem);
-	rsinfo->setDesc = *desc;
-	MemoryContextSwitchTo(oldcontext);
-	return rsinfo->setResult;
-}
-
-/*
- * Fail unless the caller may read one of "views" (NULL-terminated) of the
- * extension's schema: "function" shows what they show, to whoever may read
- * them (the views call it as their reader).
- */
-void
-check_may_read(FunctionCallInfo fcinfo, const char *function,
-			   const char *const *views)
-{
-	Oid			namespace = get_rel_namespace(store_relid(fcinfo));
-
-	for (int i = 0; views[i] != NULL; i++)
-	{
-		Oid			view = get_relname_relid(views[i], namespace);
-
-		if (OidIsValid(view) &&
-			pg_class_aclcheck(view, GetUserId(), ACL_SELECT) == ACLCHECK_OK)
-			return;
-	}
-	ereport(ERROR,
-			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("permission denied for view %s", views[0]),
-			 errdetail("%s shows what %s shows, to those who may read it.",
-					   function, views[0])));
 }
 
 /* Order requests back into the caller's order. */
@@ -672,7 +501,7 @@ tb_try_all(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(0))
 	{
 		requests = requests_from_args(fcinfo, &n);
-		granted = take_now(fcinfo, requests, n, now);
+		granted = router_take(fcinfo, requests, n, now);
 		qsort(requests, n, sizeof(Request), request_position_cmp);
 	}
 
@@ -689,7 +518,7 @@ tb_try_all(PG_FUNCTION_ARGS)
 }
 
 /*
- * Let "change" alter a bucket's state now (store_update()), count "delta"
+ * Let "change" alter a bucket's state now (router_update()), count "delta"
  * for it (unless NULL), and return the tokens it holds afterwards.  Every
  * change that is not a grant or a new setting goes through here.
  */
@@ -697,16 +526,11 @@ static double
 update_bucket(FunctionCallInfo fcinfo, text *name, BucketChange change,
 			  const void *arg, const StatsCounters *delta)
 {
-	StoreSession session;
 	TimestampTz now = GetCurrentTimestamp();
 	Bucket		bucket;
 
 	check_bucket_name(name);
-	session = store_connect(fcinfo, true);
-	bucket = store_update(fcinfo, name, change, arg, now);
-	store_finish(&session);
-	if (delta != NULL && stats_enabled())
-		count(fcinfo, name, delta, now);
+	bucket = router_update(fcinfo, name, change, arg, delta, now);
 	return bucket_tokens_at(&bucket, now);
 }
 
@@ -802,7 +626,6 @@ tb_sync(PG_FUNCTION_ARGS)
 static void
 pause_until(FunctionCallInfo fcinfo, text *name, TimestampTz until)
 {
-	StoreSession session;
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (until > now)
@@ -813,9 +636,7 @@ pause_until(FunctionCallInfo fcinfo, text *name, TimestampTz until)
 		return;
 	}
 	check_bucket_name(name);
-	session = store_connect(fcinfo, true);
-	store_require(fcinfo, name);
-	store_finish(&session);
+	router_require(fcinfo, name);
 }
 
 PG_FUNCTION_INFO_V1(tb_pause_until);
@@ -855,21 +676,14 @@ PG_FUNCTION_INFO_V1(tb_purge);
 Datum
 tb_purge(PG_FUNCTION_ARGS)
 {
-	StoreSession session;
 	TimestampTz now = GetCurrentTimestamp();
 	double		usecs;
-	uint64		purged;
 
 	if (!interval_usecs(PG_GETARG_INTERVAL_P(0), &usecs) || usecs < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("idle must be a finite interval of zero or more")));
-
-	session = store_connect(fcinfo, true);
-	store_allow_seqscan();	/* it reads the whole table */
-	purged = store_purge(fcinfo, timestamp_after(now, -usecs), now);
-	store_finish(&session);
-	PG_RETURN_INT64((int64) purged);
+	PG_RETURN_INT64((int64) router_purge(fcinfo, timestamp_after(now, -usecs), now));
 }
 
 PG_FUNCTION_INFO_V1(tb_create);
@@ -881,21 +695,16 @@ PG_FUNCTION_INFO_V1(tb_create);
 Datum
 tb_create(PG_FUNCTION_ARGS)
 {
-	StoreSession session;
 	text	   *name = PG_GETARG_TEXT_PP(0);
 	double		capacity = PG_GETARG_FLOAT8(1);
 	double		rate;
-	bool		created;
 
 	check_name(name, ERRCODE_INVALID_PARAMETER_VALUE);
 	check_number("capacity", capacity, true);
 	rate = refill_rate_from(PG_GETARG_FLOAT8(2), PG_GETARG_INTERVAL_P(3));
 
-	session = store_connect(fcinfo, true);
-	created = store_insert(fcinfo, name, capacity, rate,
-						   PG_NARGS() > 4 && PG_GETARG_BOOL(4), GetCurrentTimestamp());
-	store_finish(&session);
-	if (!created)
+	if (!router_create(fcinfo, name, capacity, rate,
+					   PG_NARGS() > 4 && PG_GETARG_BOOL(4)))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNIQUE_VIOLATION),
 				 errmsg("token bucket \"%s\" already exists", text_to_cstring(name)),
@@ -913,7 +722,6 @@ PG_FUNCTION_INFO_V1(tb_alter);
 Datum
 tb_alter(PG_FUNCTION_ARGS)
 {
-	StoreSession session;
 	text	   *name;
 	double		capacity = NAN;		/* NaN: keep */
 	double		refill_rate = NAN;
@@ -942,12 +750,10 @@ tb_alter(PG_FUNCTION_ARGS)
 	}
 
 	check_name(name, ERRCODE_INVALID_PARAMETER_VALUE);
-	session = store_connect(fcinfo, true);
 	if (PG_ARGISNULL(1) && PG_ARGISNULL(2))
-		store_require(fcinfo, name);	/* nothing to change: does it exist? */
+		router_require(fcinfo, name);	/* nothing to change: does it exist? */
 	else
-		store_alter(fcinfo, name, capacity, refill_rate, GetCurrentTimestamp());
-	store_finish(&session);
+		router_alter(fcinfo, name, capacity, refill_rate);
 	PG_RETURN_VOID();
 }
 
@@ -967,11 +773,5 @@ PG_FUNCTION_INFO_V1(tb_drop);
 Datum
 tb_drop(PG_FUNCTION_ARGS)
 {
-	StoreSession session;
-	bool		dropped;
-
-	session = store_connect(fcinfo, true);
-	dropped = store_delete(fcinfo, PG_GETARG_TEXT_PP(0));
-	store_finish(&session);
-	PG_RETURN_BOOL(dropped);
+	PG_RETURN_BOOL(router_drop(fcinfo, PG_GETARG_TEXT_PP(0)));
 }

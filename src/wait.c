@@ -35,12 +35,14 @@
 #include <limits.h>
 
 #include "access/xact.h"
+#include "common.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
-#include "tokenbucket.h"
+#include "router.h"
+#include "wait.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
@@ -63,6 +65,31 @@ queue_tag(LOCKTAG *tag, text *name)
 						 (uint32) hash, QUEUE_LOCK_FIELD4);
 }
 
+/* A step of run_until(), and the lock_timeout it runs with. */
+typedef struct TimedStep
+{
+	bool		(*step) (void *arg);
+	void	   *arg;
+	const char *timeout_ms;
+} TimedStep;
+
+/* subxact_run() step: the step, with lock_timeout set for it alone. */
+static bool
+timed_step(void *arg)
+{
+	TimedStep  *timed = arg;
+	int			nestlevel = NewGUCNestLevel();
+	bool		kept;
+
+	(void) set_config_option("lock_timeout", timed->timeout_ms, PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	kept = timed->step(timed->arg);
+	/* a timeout that fired as the last lock was granted must fire here */
+	CHECK_FOR_INTERRUPTS();
+	AtEOXact_GUC(true, nestlevel);
+	return kept;
+}
+
 /*
  * Run "step" in a subtransaction, with lock_timeout set to what is left
  * until "deadline" (no limit for DT_NOEND), whatever the session's own:
@@ -75,47 +102,14 @@ static bool
 run_until(TimestampTz deadline, bool (*step) (void *arg), void *arg,
 		  bool *timed_out)
 {
-	MemoryContext oldcontext = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	TimestampTz now = GetCurrentTimestamp();
-	volatile bool kept = false;
 	char		timeout_ms[32] = "0";
+	TimedStep	timed = {step, arg, timeout_ms};
 
 	if (deadline != DT_NOEND)
 		snprintf(timeout_ms, sizeof(timeout_ms), INT64_FORMAT,
-				 Max(Min((deadline - now + 999) / 1000, (int64) INT_MAX), (int64) 1));
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcontext);
-	PG_TRY();
-	{
-		int			nestlevel = NewGUCNestLevel();
-
-		(void) set_config_option("lock_timeout", timeout_ms, PGC_USERSET,
-								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-		kept = step(arg);
-		/* a timeout that fired as the last lock was granted must fire here */
-		CHECK_FOR_INTERRUPTS();
-		AtEOXact_GUC(true, nestlevel);
-		if (kept)
-			ReleaseCurrentSubTransaction();
-		else
-			RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata = subxact_abort(oldcontext, oldowner);
-
-		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
-			ReThrowError(edata);
-		FreeErrorData(edata);
-		*timed_out = true;
-		kept = false;
-	}
-	PG_END_TRY();
-	return kept;
+				 Max(Min((deadline - GetCurrentTimestamp() + 999) / 1000,
+						 (int64) INT_MAX), (int64) 1));
+	return subxact_run(timed_step, &timed, ERRCODE_LOCK_NOT_AVAILABLE, timed_out);
 }
 
 /* run_until() step: wait for the queue lock "tag". */
@@ -164,21 +158,6 @@ sleep_until(TimestampTz until)
 	CHECK_FOR_INTERRUPTS();
 }
 
-/*
- * Be (or stop being) the waiter a change to each memory bucket of the
- * request wakes.  True when every bucket is a memory bucket.
- */
-static bool
-watch(FunctionCallInfo fcinfo, Request *requests, int nrequests, bool on)
-{
-	Oid			relid = store_relid(fcinfo);
-	bool		all = true;
-
-	for (int i = 0; i < nrequests; i++)
-		all &= memory_watch(relid, requests[i].name, on);
-	return all;
-}
-
 /* One attempt at taking every request of a waiter, at "now". */
 typedef struct Attempt
 {
@@ -195,15 +174,10 @@ typedef struct Attempt
 static bool
 attempt_step(void *arg)
 {
-	StoreSession session;
 	Attempt    *attempt = arg;
-	bool		granted;
 
-	session = store_connect(attempt->fcinfo, true);
-	granted = store_take_all(attempt->fcinfo, attempt->requests,
-							 attempt->nrequests, attempt->now);
-	store_finish(&session);
-	return granted;
+	return router_attempt(attempt->fcinfo, attempt->requests,
+						  attempt->nrequests, attempt->now);
 }
 
 /*
@@ -243,7 +217,7 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 	bool		waited = false;
 
 	/* on a standby, or on a snapshot, fail at once rather than queue */
-	store_check_primary();
+	check_primary();
 	check_read_committed();
 	/* one queue lock per bucket: say so before the shared lock table fills */
 	if (nrequests > max_locks_per_xact)
@@ -280,7 +254,7 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 		if (!watched)
 		{
 			watched = true;
-			woken = watch(fcinfo, requests, nrequests, true);
+			woken = router_watch(fcinfo, requests, nrequests, true);
 			continue;
 		}
 		for (int i = 0; i < nrequests; i++)
@@ -293,7 +267,7 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 		waited = true;
 	}
 	if (watched)
-		(void) watch(fcinfo, requests, nrequests, false);
+		(void) router_watch(fcinfo, requests, nrequests, false);
 
 	CurrentResourceOwner = CurTransactionResourceOwner;
 	while (joined-- > 0)

@@ -1,0 +1,325 @@
+/*-------------------------------------------------------------------------
+ *
+ * catalog.c
+ *	  tb_buckets through SPI: the session the table work runs in, plans
+ *	  prepared once, and the configuration of a name (its row, or the
+ *	  template that makes it).
+ *
+ * Every bucket and template has its configuration in a row of tb_buckets
+ * (name, capacity, refill_rate, memory), except the buckets made from a
+ * memory template, whose template's row is their configuration.  A table
+ * bucket's row also holds its tokens (the table store's business); a
+ * memory bucket's state lives in shared memory.
+ *
+ * The functions run as their caller; spi_begin() switches to the
+ * extension's owner, with search_path = pg_catalog, pg_temp and
+ * sequential scans off, around the table work only, so a call answered
+ * from shared memory pays for none of it.  Every name in the statements
+ * is schema-qualified, operators included.
+ *
+ * src/catalog.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "catalog.h"
+#include "catalog/pg_type.h"
+#include "common.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+
+/* The installation whose version this backend checked last. */
+static Oid	checked_relid = InvalidOid;
+
+/*
+ * Fail clearly when the extension's SQL objects are of another version
+ * than this library (a new library installed, ALTER EXTENSION not yet run).
+ */
+static void
+check_version(void)
+{
+	char	   *version = NULL;
+	int			rc;
+
+	rc = SPI_execute("SELECT extversion FROM pg_catalog.pg_extension"
+					 " WHERE extname OPERATOR(pg_catalog.=) 'tokenbucket'",
+					 true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 1)
+		version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (version == NULL || strcmp(version, TOKENBUCKET_VERSION) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension tokenbucket is version %s, its library is version %s",
+						version ? version : "(none)", TOKENBUCKET_VERSION),
+				 errhint("Run ALTER EXTENSION tokenbucket UPDATE in this database.")));
+}
+
+/*
+ * Whether this backend checked the version of installation "relid" (by
+ * running a statement on it): then a memory bucket's entry may be used
+ * without SPI.
+ */
+bool
+catalog_checked(Oid relid)
+{
+	return OidIsValid(relid) && relid == checked_relid;
+}
+
+/*
+ * Start the table work of the function called: on the primary (unless only
+ * looking), as the extension's owner, with search_path = pg_catalog,
+ * pg_temp and sequential scans off (kept plans stay index lookups), and
+ * connected to SPI.  What SECURITY DEFINER and SET would do, but only
+ * around the table work.  An error undoes it all with the (sub)transaction.
+ */
+SpiSession
+spi_begin(FunctionCallInfo fcinfo, bool writes)
+{
+	SpiSession	session;
+	int			rc;
+
+	if (writes)
+		check_primary();
+	(void) installation_recheck(fcinfo);
+	GetUserIdAndSecContext(&session.userid, &session.sec_context);
+	SetUserIdAndSecContext(installation_owner(fcinfo),
+						   session.sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	session.nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	rc = SPI_connect();
+	if (rc != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(rc));
+	return session;
+}
+
+/*
+ * Let the rest of the session's table work scan tb_buckets whole (what
+ * tb_purge does), until spi_end().
+ */
+void
+spi_allow_seqscan(void)
+{
+	(void) set_config_option("enable_seqscan", "on", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+}
+
+/* End what spi_begin() began, or fail loudly. */
+void
+spi_end(SpiSession *session)
+{
+	int			rc = SPI_finish();
+
+	if (rc != SPI_OK_FINISH)
+		elog(ERROR, "SPI_finish failed: %s", SPI_result_code_string(rc));
+	AtEOXact_GUC(true, session->nestlevel);
+	SetUserIdAndSecContext(session->userid, session->sec_context);
+}
+
+/*
+ * Run a kept plan on installation "relid", preparing it on first use (and
+ * checking the installation's version first); "nulls" is NULL or SPI's
+ * ' '/'n' string.  Returns the rows processed; any rows are in
+ * SPI_tuptable, for the caller to free.  With none, SPI_tuptable is freed
+ * here, so that a call naming many buckets keeps no memory per bucket.
+ */
+uint64
+plan_run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
+{
+	int			rc;
+
+	if (relid != checked_relid)
+	{
+		checked_relid = InvalidOid;
+		check_version();
+		checked_relid = relid;
+	}
+	if (plan->plan == NULL || plan->relid != relid)
+	{
+		char	   *nspname = get_namespace_name(get_rel_namespace(relid));
+		char	   *sql;
+		SPIPlanPtr	prepared;
+
+		if (nspname == NULL)
+			report_dropped();
+		if (plan->plan != NULL)
+			SPI_freeplan(plan->plan);
+		plan->plan = NULL;
+		sql = psprintf(plan->sql, quote_identifier(nspname));
+		prepared = SPI_prepare(sql, plan->nargs, plan->argtypes);
+		if (prepared == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+				 sql, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(prepared) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		plan->plan = prepared;
+		plan->relid = relid;
+	}
+	rc = SPI_execute_plan(plan->plan, args, nulls, false, 0);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0 && SPI_tuptable != NULL)
+	{
+		SPI_freetuptable(SPI_tuptable);
+		SPI_tuptable = NULL;
+	}
+	return SPI_processed;
+}
+
+/*
+ * Copy the bucket state out of the first row SPI returned (its first five
+ * columns: BUCKET_COLUMNS), and free the rows.
+ */
+void
+plan_read_bucket(Bucket *bucket)
+{
+	HeapTuple	tuple = SPI_tuptable->vals[0];
+	TupleDesc	desc = SPI_tuptable->tupdesc;
+	bool		isnull;
+
+	bucket->capacity = DatumGetFloat8(SPI_getbinval(tuple, desc, 1, &isnull));
+	bucket->refill_rate = DatumGetFloat8(SPI_getbinval(tuple, desc, 2, &isnull));
+	bucket->deficit = DatumGetFloat8(SPI_getbinval(tuple, desc, 3, &isnull));
+	bucket->updated_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 4, &isnull));
+	bucket->paused_until = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 5, &isnull));
+	SPI_freetuptable(SPI_tuptable);
+	SPI_tuptable = NULL;
+}
+
+/* A name's row: its state, kind and template */
+static KeptPlan read_plan = {
+	.sql = "SELECT capacity, refill_rate, deficit, updated_at, paused_until, memory,"
+	" pg_catalog.octet_length(template) FROM %1$s.tb_buckets"
+	" WHERE name OPERATOR(pg_catalog.=) $1",
+	.nargs = 1, .argtypes = {TEXTOID}
+};
+
+/* The longest template prefix of $1; the partial index holds templates. */
+static KeptPlan template_plan = {
+	.sql = "SELECT capacity, refill_rate, pg_catalog.octet_length(name), memory FROM %1$s.tb_buckets"
+	" WHERE name OPERATOR(pg_catalog.~~) '%%*'"
+	" AND pg_catalog.starts_with($1, pg_catalog.left(name, -1))"
+	" ORDER BY pg_catalog.octet_length(name) DESC LIMIT 1",
+	.nargs = 1, .argtypes = {TEXTOID}
+};
+
+/* A new row, full (the columns' defaults describe a full bucket). */
+static KeptPlan insert_plan = {
+	.sql = "INSERT INTO %1$s.tb_buckets (name, capacity, refill_rate, deficit, updated_at, memory)"
+	" VALUES ($1, $2, $3, 0, $4, $5) ON CONFLICT (name) DO NOTHING",
+	.nargs = 5, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID, BOOLOID}
+};
+
+/* New settings for a memory bucket's or template's row (NULL keeps one). */
+static KeptPlan memory_settings_plan = {
+	.sql = "UPDATE %1$s.tb_buckets"
+	" SET capacity = coalesce($2, capacity), refill_rate = coalesce($3, refill_rate),"
+	" updated_at = GREATEST(updated_at, $4)"
+	" WHERE name OPERATOR(pg_catalog.=) $1 AND memory",
+	.nargs = 4, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID}
+};
+
+/* A memory bucket's or template's row gone. */
+static KeptPlan memory_delete_plan = {
+	.sql = "DELETE FROM %1$s.tb_buckets WHERE name OPERATOR(pg_catalog.=) $1 AND memory",
+	.nargs = 1, .argtypes = {TEXTOID}
+};
+
+/*
+ * The configuration of bucket "name": its row (with the row's state), or
+ * the template that would make it (the full bucket it would make at
+ * "now").  Templates are never made from templates.
+ */
+ConfigSource
+catalog_find(Oid relid, text *name, TimestampTz now, BucketConfig *config)
+{
+	Datum		args[1] = {PointerGetDatum(name)};
+	HeapTuple	tuple;
+	TupleDesc	desc;
+	bool		isnull;
+	Datum		template_len;
+
+	if (plan_run(&read_plan, relid, args, NULL) == 1)
+	{
+		tuple = SPI_tuptable->vals[0];
+		desc = SPI_tuptable->tupdesc;
+		config->memory = DatumGetBool(SPI_getbinval(tuple, desc, 6, &isnull));
+		template_len = SPI_getbinval(tuple, desc, 7, &isnull);
+		config->template_len = isnull ? 0 : DatumGetInt32(template_len);
+		plan_read_bucket(&config->bucket);
+		return config->source = CONFIG_ROW;
+	}
+	if (VARSIZE_ANY_EXHDR(name) == 0 || is_template_name(name) ||
+		plan_run(&template_plan, relid, args, NULL) == 0)
+		return config->source = CONFIG_NONE;
+
+	tuple = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	config->bucket.capacity = DatumGetFloat8(SPI_getbinval(tuple, desc, 1, &isnull));
+	config->bucket.refill_rate = DatumGetFloat8(SPI_getbinval(tuple, desc, 2, &isnull));
+	config->bucket.deficit = 0;
+	config->bucket.updated_at = now;
+	config->bucket.paused_until = DT_NOBEGIN;
+	config->template_len = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
+	config->memory = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
+	SPI_freetuptable(SPI_tuptable);
+	SPI_tuptable = NULL;
+	return config->source = CONFIG_TEMPLATE;
+}
+
+/* A new bucket or template row, full; false when the name is taken. */
+bool
+catalog_insert(Oid relid, text *name, double capacity, double refill_rate,
+			   bool memory, TimestampTz now)
+{
+	Datum		args[5];
+
+	args[0] = PointerGetDatum(name);
+	args[1] = Float8GetDatum(capacity);
+	args[2] = Float8GetDatum(refill_rate);
+	args[3] = TimestampTzGetDatum(now);
+	args[4] = BoolGetDatum(memory);
+	return plan_run(&insert_plan, relid, args, NULL) == 1;
+}
+
+/*
+ * New settings (NaN keeps one) for the row of memory bucket or template
+ * "name"; false when it has none.  The trigger on tb_buckets hands them
+ * to the memory store when the transaction commits.
+ */
+bool
+catalog_set_memory_settings(Oid relid, text *name, double capacity,
+							double refill_rate, TimestampTz now)
+{
+	Datum		args[4];
+	char		nulls[5] = "    ";
+
+	args[0] = PointerGetDatum(name);
+	args[1] = Float8GetDatum(capacity);
+	args[2] = Float8GetDatum(refill_rate);
+	args[3] = TimestampTzGetDatum(now);
+	if (isnan(capacity))
+		nulls[1] = 'n';
+	if (isnan(refill_rate))
+		nulls[2] = 'n';
+	return plan_run(&memory_settings_plan, relid, args, nulls) == 1;
+}
+
+/* Delete the row of memory bucket or template "name"; false when none. */
+bool
+catalog_delete_memory(Oid relid, text *name)
+{
+	Datum		args[1] = {PointerGetDatum(name)};
+
+	return plan_run(&memory_delete_plan, relid, args, NULL) > 0;
+}

@@ -1,0 +1,266 @@
+/*-------------------------------------------------------------------------
+ *
+ * common.c
+ *	  What every layer above the arithmetic needs: the installation a call
+ *	  serves, bucket names, subtransactions, set-returning results and the
+ *	  right to read them.
+ *
+ * An installation is one CREATE EXTENSION tokenbucket: a database, a
+ * schema, and the tb_buckets table in it.  Shared memory and the kept
+ * plans are keyed by that table's OID, so that DROP EXTENSION and CREATE
+ * EXTENSION (in any schema) start afresh.
+ *
+ * src/common.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_class.h"
+#include "common.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
+
+/*
+ * The error for a call whose extension objects are gone (DROP EXTENSION or
+ * DROP SCHEMA in another session while this one held a reference).
+ */
+void
+report_dropped(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("extension tokenbucket is not installed in this database"),
+			 errdetail("Its schema or its table tb_buckets was dropped while this session was using it."),
+			 errhint("Run CREATE EXTENSION tokenbucket, then call the function again.")));
+}
+
+/*
+ * The tb_buckets table of each function called, and its owner (the
+ * extension's), remembered per function (its schema may change, its table
+ * does not), so that a call answered from shared memory looks nothing up
+ * in the catalogs.
+ */
+#define TABLE_CACHE_SIZE 8
+static struct
+{
+	Oid			function;
+	Oid			table;
+	Oid			owner;
+}			table_cache[TABLE_CACHE_SIZE];
+static int	table_cache_next = 0;
+
+/* The cache slot of the function called, filled on first use. */
+static int
+installation_slot(FunctionCallInfo fcinfo)
+{
+	Oid			function = fcinfo->flinfo->fn_oid;
+	Oid			schema;
+	int			slot;
+	HeapTuple	tuple;
+
+	for (slot = 0; slot < TABLE_CACHE_SIZE; slot++)
+		if (table_cache[slot].function == function)
+			return slot;
+	slot = table_cache_next;
+	table_cache_next = (table_cache_next + 1) % TABLE_CACHE_SIZE;
+	table_cache[slot].function = InvalidOid;
+	schema = get_func_namespace(function);
+	table_cache[slot].table = OidIsValid(schema) ?
+		get_relname_relid("tb_buckets", schema) : InvalidOid;
+	if (!OidIsValid(table_cache[slot].table))
+		report_dropped();
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(table_cache[slot].table));
+	if (!HeapTupleIsValid(tuple))
+		report_dropped();
+	table_cache[slot].owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	table_cache[slot].function = function;
+	return slot;
+}
+
+/*
+ * The tb_buckets table of the function called, looked up afresh: fails
+ * when the function or its table was dropped since the cache was filled
+ * (DROP SCHEMA under an open cursor, say).
+ */
+Oid
+installation_recheck(FunctionCallInfo fcinfo)
+{
+	int			slot = installation_slot(fcinfo);
+	Oid			schema = get_func_namespace(fcinfo->flinfo->fn_oid);
+	Oid			table = OidIsValid(schema) ?
+		get_relname_relid("tb_buckets", schema) : InvalidOid;
+
+	if (table != table_cache[slot].table)
+	{
+		table_cache[slot].function = InvalidOid;
+		if (!OidIsValid(table))
+			report_dropped();
+		slot = installation_slot(fcinfo);
+	}
+	return table_cache[slot].table;
+}
+
+/* The tb_buckets table in the schema of the function called. */
+Oid
+installation_table(FunctionCallInfo fcinfo)
+{
+	return table_cache[installation_slot(fcinfo)].table;
+}
+
+/* The owner of that table: the extension's owner. */
+Oid
+installation_owner(FunctionCallInfo fcinfo)
+{
+	return table_cache[installation_slot(fcinfo)].owner;
+}
+
+/* Whether a name of "len" bytes is a template's: it ends in '*'. */
+bool
+is_template_key(const char *name, int len)
+{
+	return len > 0 && name[len - 1] == '*';
+}
+
+/* Whether "name" is a template's. */
+bool
+is_template_name(text *name)
+{
+	return is_template_key(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+}
+
+/*
+ * Fail on a standby: every entry point but the looks changes buckets, so
+ * it says at once where to go instead of failing deep in an UPDATE (or
+ * queueing a waiter that could never win).
+ */
+void
+check_primary(void)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot take tokens or change token buckets on a standby"),
+				 errdetail("This server is in recovery; every change to a bucket is a write."),
+				 errhint("Call the tb_* functions on the primary. tb_peek and tb_status can be read here.")));
+}
+
+/*
+ * In a PG_CATCH block: roll back the internal subtransaction begun in
+ * "oldcontext" under "oldowner" (it must not outlive the error), restore
+ * both, and return the error for the caller to handle or re-throw.
+ */
+ErrorData *
+subxact_abort(MemoryContext oldcontext, ResourceOwner oldowner)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(oldcontext);
+	edata = CopyErrorData();
+	FlushErrorState();
+	RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(oldcontext);
+	CurrentResourceOwner = oldowner;
+	return edata;
+}
+
+/*
+ * Run "step" in an internal subtransaction: kept when it returns true,
+ * rolled back when it returns false (with every lock it took, and what
+ * memory buckets granted in it).  An error of SQLSTATE "catch_sqlstate"
+ * (0: none) rolls it back too, sets *caught and returns false; any other
+ * goes on up once the subtransaction is gone.
+ */
+bool
+subxact_run(bool (*step) (void *arg), void *arg, int catch_sqlstate,
+			bool *caught)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	volatile bool kept = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		kept = step(arg);
+		if (kept)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata = subxact_abort(oldcontext, oldowner);
+
+		if (catch_sqlstate == 0 || edata->sqlerrcode != catch_sqlstate)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+		*caught = true;
+		kept = false;
+	}
+	PG_END_TRY();
+	return kept;
+}
+
+/*
+ * Set up a set-returning function's result as a tuplestore of its row
+ * type, in the query's memory; *desc is that type.
+ */
+Tuplestorestate *
+materialize_begin(FunctionCallInfo fcinfo, TupleDesc *desc)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MemoryContext oldcontext;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		(rsinfo->allowedModes & SFRM_Materialize) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	if (get_call_result_type(fcinfo, NULL, desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	oldcontext = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	*desc = CreateTupleDescCopy(*desc);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = tuplestore_begin_heap(true, false, work_mem);
+	rsinfo->setDesc = *desc;
+	MemoryContextSwitchTo(oldcontext);
+	return rsinfo->setResult;
+}
+
+/*
+ * Fail unless the caller may read one of "views" (NULL-terminated) of the
+ * extension's schema: "function" shows what they show, to whoever may read
+ * them (the views call it as their reader).
+ */
+void
+check_may_read(FunctionCallInfo fcinfo, const char *function,
+			   const char *const *views)
+{
+	Oid			namespace = get_rel_namespace(installation_table(fcinfo));
+
+	for (int i = 0; views[i] != NULL; i++)
+	{
+		Oid			view = get_relname_relid(views[i], namespace);
+
+		if (OidIsValid(view) &&
+			pg_class_aclcheck(view, GetUserId(), ACL_SELECT) == ACLCHECK_OK)
+			return;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied for view %s", views[0]),
+			 errdetail("%s shows what %s shows, to those who may read it.",
+					   function, views[0])));
+}

@@ -1,0 +1,43 @@
+/*-------------------------------------------------------------------------
+ *
+ * common.h
+ *	  What every layer above the arithmetic needs: the installation a call
+ *	  serves, bucket names, subtransactions, set-returning results and the
+ *	  right to read them.
+ *
+ * src/common.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef TOKENBUCKET_COMMON_H
+#define TOKENBUCKET_COMMON_H
+
+#include "fmgr.h"
+#include "utils/resowner.h"
+#include "utils/tuplestore.h"
+
+/* The installation of a function called: its tb_buckets, and their owner. */
+extern Oid	installation_table(FunctionCallInfo fcinfo);
+extern Oid	installation_owner(FunctionCallInfo fcinfo);
+extern Oid	installation_recheck(FunctionCallInfo fcinfo);
+extern void report_dropped(void);
+
+/* Names */
+extern bool is_template_name(text *name);
+extern bool is_template_key(const char *name, int len);
+
+/* The server must be a primary for anything that changes a bucket. */
+extern void check_primary(void);
+
+/* Subtransactions */
+extern ErrorData *subxact_abort(MemoryContext oldcontext, ResourceOwner oldowner);
+extern bool subxact_run(bool (*step) (void *arg), void *arg, int catch_sqlstate,
+						bool *caught);
+
+/* Set-returning functions and who may call them */
+extern Tuplestorestate *materialize_begin(FunctionCallInfo fcinfo,
+										  TupleDesc *desc);
+extern void check_may_read(FunctionCallInfo fcinfo, const char *function,
+						   const char *const *views);
+
+#endif							/* TOKENBUCKET_COMMON_H */

@@ -1,0 +1,693 @@
+/*-------------------------------------------------------------------------
+ *
+ * router.c
+ *	  One place that finds where each bucket lives and hands every request
+ *	  to that store, and counts what it did.
+ *
+ * A bucket's configuration (catalog.c) says which store holds its state:
+ * the table store (table_store.c) or the memory store (memory_store.c).
+ * The router asks the stores in the order that costs least: a memory
+ * bucket with an entry answers without SPI; a table bucket's grant is one
+ * UPDATE; only a bucket neither store holds yet (a named memory bucket
+ * without an entry, or a name a template makes) costs a read of its
+ * configuration, after which the router gives it its place in its store
+ * and asks again.  Requests for several buckets are all or nothing across
+ * both stores (a subtransaction, rolled back if one denies).
+ *
+ * Changes to configuration reach the stores through the trigger on
+ * tb_buckets (tb_buckets_changed below), at commit.  Every decision is
+ * counted (stats.c) once its store has answered.
+ *
+ * src/router.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "access/htup_details.h"
+#include "catalog.h"
+#include "commands/trigger.h"
+#include "common.h"
+#include "miscadmin.h"
+#include "router.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+
+/* Every store, in the order the router asks them. */
+static const StoreRoutine *const stores[] = {&memory_store, &table_store};
+#define NUM_STORES ((int) lengthof(stores))
+
+/* The store a configuration says holds the bucket. */
+static const StoreRoutine *
+store_of(const BucketConfig *config)
+{
+	return config->memory ? &memory_store : &table_store;
+}
+
+/* Initialize every store and the counters at library load. */
+void
+router_init(void)
+{
+	stats_init();
+	for (int i = 0; i < NUM_STORES; i++)
+		if (stores[i]->init != NULL)
+			stores[i]->init();
+#if PG_VERSION_NUM >= 150000
+	if (process_shared_preload_libraries_in_progress)
+		MarkGUCPrefixReserved("tokenbucket");
+#else
+	if (process_shared_preload_libraries_in_progress)
+		EmitWarningsOnPlaceholders("tokenbucket");
+#endif
+}
+
+/*
+ * The error for a bucket that does not exist.  The hint speaks to whoever
+ * called: making buckets is the DBA's (tb_create is not PUBLIC).
+ */
+static void
+report_missing(text *name)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("token bucket \"%s\" does not exist", text_to_cstring(name)),
+			 errhint("A bucket, or a template such as 'prefix*' for per-key buckets, "
+					 "is made with tb_create() by the database's administrator.")));
+}
+
+/*
+ * Fail when a request's cost could never be granted by its bucket: above
+ * its capacity, or too small for its arithmetic to account for.  The
+ * message names no setting of the bucket: the caller may not be allowed to
+ * read them (tb_status shows them to whoever may).
+ */
+static void
+check_cost(const Request *request)
+{
+	if (request->cost > request->bucket.capacity)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cost %g exceeds the capacity of token bucket \"%s\"",
+						request->cost, text_to_cstring(request->name)),
+				 errdetail("The bucket can never hold that many tokens, so this request could never be granted."),
+				 errhint("Split the request, or have the bucket's capacity raised with tb_alter().")));
+	if (!bucket_cost_resolvable(request->bucket.capacity, request->cost))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cost %g is too small for token bucket \"%s\"",
+						request->cost, text_to_cstring(request->name)),
+				 errdetail("A bucket accounts for costs down to 1/4294967296 of its capacity; a smaller cost would be lost to rounding."),
+				 errhint("Count in larger units, or use a bucket of smaller capacity.")));
+}
+
+/* Fail when a change leaves a deficit float8 cannot hold. */
+static void
+check_debt(text *name, const Bucket *bucket)
+{
+	if (!isfinite(bucket->deficit))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("debt of token bucket \"%s\" out of range", text_to_cstring(name)),
+				 errdetail("Taking that many more tokens would put the bucket in a debt float8 cannot hold.")));
+}
+
+/* A store's answer to a take, as the caller's: a denial says why if need be. */
+static bool
+decided(const Request *request, StoreResult result)
+{
+	if (result == STORE_DENIED)
+		check_cost(request);
+	return result == STORE_GRANTED;
+}
+
+/*
+ * If bucket "name" is a memory bucket, make sure it has an entry (made by
+ * the absent rule from its row or its template) and return true; else
+ * return false with its configuration in *config.  Settings committed
+ * between reading them and making the entry are read again, so that an
+ * entry never starts with settings older than the newest committed.
+ */
+static bool
+ensure_memory(Oid relid, text *name, TimestampTz now, BucketConfig *config)
+{
+	for (int attempt = 0;; attempt++)
+	{
+		/* read before the query takes its snapshot */
+		uint64		seen = memory_store.generation();
+		Bucket		state;
+
+		if (catalog_find(relid, name, now, config) == CONFIG_NONE || !config->memory)
+			return false;
+		/* a transaction snapshot never sees newer settings: take them as read */
+		if (attempt >= 2)
+			seen = memory_store.generation();
+		state = memory_store.absent(&config->bucket, now);
+		if (memory_store.make(relid, name, &state, config->template_len, seen) != STORE_STALE)
+			return true;
+	}
+}
+
+/*
+ * Give bucket "name" its place in the store that holds it, if it has none
+ * yet: a memory bucket its entry, a bucket a table template makes its row,
+ * full.  False when there is no such bucket.
+ */
+static bool
+make_place(Oid relid, text *name, TimestampTz now)
+{
+	BucketConfig config;
+
+	if (ensure_memory(relid, name, now, &config))
+		return true;
+	if (config.source == CONFIG_NONE)
+		return false;
+	if (config.source == CONFIG_TEMPLATE)
+	{
+		Bucket		state = table_store.absent(&config.bucket, now);
+
+		(void) table_store.make(relid, name, &state, config.template_len, 0);
+	}
+	return true;
+}
+
+/*
+ * Look at the request's bucket at "now" without locking or writing it: its
+ * state, or the state it would start with in its store.  Fails if there is
+ * no such bucket, or if the cost could never be granted.
+ */
+static void
+peek_one(Oid relid, Request *request, TimestampTz now)
+{
+	BucketConfig config;
+
+	if (!memory_store.peek(relid, request) && !table_store.peek(relid, request))
+	{
+		if (catalog_find(relid, request->name, now, &config) == CONFIG_NONE)
+			report_missing(request->name);
+		if (config.source == CONFIG_ROW && !config.memory)
+			request->bucket = config.bucket;	/* made since */
+		else
+			request->bucket = store_of(&config)->absent(&config.bucket, now);
+	}
+	check_cost(request);
+}
+
+/*
+ * Take the request's cost from its bucket at "now" if it grants it.  Either
+ * way request->bucket is left with the bucket's state after the decision.
+ * A cost of 0 only looks: it changes nothing, so it writes nothing.
+ */
+static bool
+take_one(Oid relid, Request *request, TimestampTz now)
+{
+	StoreResult result = memory_store.take(relid, request, now);
+
+	if (result != STORE_ABSENT)
+		return decided(request, result);
+	if (request->cost == 0)
+	{
+		peek_one(relid, request, now);
+		return bucket_holds(&request->bucket, 0, now);
+	}
+
+	/* more rounds only when the bucket was made or changed meanwhile */
+	for (int attempt = 0; attempt < 3; attempt++)
+	{
+		BucketConfig config;
+
+		result = table_store.take(relid, request, now);
+		if (result != STORE_ABSENT)
+			return decided(request, result);
+
+		/* neither store holds it yet */
+		if (ensure_memory(relid, request->name, now, &config))
+		{
+			result = memory_store.take(relid, request, now);
+			if (result != STORE_ABSENT)
+				return decided(request, result);
+			continue;
+		}
+		if (config.source == CONFIG_NONE)
+			break;
+		if (config.source == CONFIG_ROW)
+			continue;			/* a table bucket made since the UPDATE looked */
+
+		/* a table template's bucket: made already taken from, in one INSERT */
+		request->bucket = table_store.absent(&config.bucket, now);
+		check_cost(request);
+		if (!bucket_take(&request->bucket, request->cost, now))
+			elog(ERROR, "a new bucket did not grant a cost within its capacity");
+		if (table_store.make(relid, request->name, &request->bucket,
+							 config.template_len, 0) == STORE_MADE)
+			return true;
+	}
+	report_missing(request->name);
+	pg_unreachable();
+}
+
+/* The buckets of an all-or-nothing take, for take_each(). */
+typedef struct TakeAll
+{
+	Oid			relid;
+	Request    *requests;
+	int			nrequests;
+	TimestampTz now;
+} TakeAll;
+
+/* subxact_run() step: take every request, stopping at the first denial. */
+static bool
+take_each(void *arg)
+{
+	TakeAll    *all = arg;
+
+	for (int i = 0; i < all->nrequests; i++)
+		if (!take_one(all->relid, &all->requests[i], all->now))
+			return false;
+	return true;
+}
+
+/*
+ * Take every request's cost, or none.  First a look at every bucket,
+ * locking and writing nothing: if one would deny, that is the answer, and
+ * nothing was written (not even a bucket made from a template).  Then the
+ * takes, in the callers' order (sorted by name, so that every session
+ * locks rows in the same order and {a,b} against {b,a} cannot deadlock),
+ * in a subtransaction rolled back if a bucket denies after all (another
+ * session took its tokens since the look; what memory buckets granted is
+ * given back with it); the states are then looked at afresh for the
+ * report.
+ */
+static bool
+take_all(Oid relid, Request *requests, int nrequests, TimestampTz now)
+{
+	TakeAll		all = {relid, requests, nrequests, now};
+	bool		granted = true;
+
+	if (nrequests == 1)
+		return take_one(relid, &requests[0], now);
+	for (int i = 0; i < nrequests; i++)
+	{
+		peek_one(relid, &requests[i], now);
+		if (!bucket_holds(&requests[i].bucket, requests[i].cost, now))
+			granted = false;
+	}
+	if (!granted)
+		return false;
+	granted = subxact_run(take_each, &all, 0, NULL);
+	if (!granted)
+		for (int i = 0; i < nrequests; i++)
+			peek_one(relid, &requests[i], now);
+	return granted;
+}
+
+/* What the counters need to learn a bucket's template. */
+typedef struct TemplateLookup
+{
+	FunctionCallInfo fcinfo;
+	Oid			relid;
+	text	   *name;
+	int			template_len;	/* known already, or -1 */
+} TemplateLookup;
+
+/*
+ * stats_count()'s way to learn the length of a bucket's template's prefix
+ * (its name without the '*'; 0: none), the first time it counts for the
+ * bucket.
+ */
+static int
+template_of(void *arg)
+{
+	TemplateLookup *lookup = arg;
+	Request		probe = {.name = lookup->name};
+	int			len = lookup->template_len;
+
+	if (len < 0 && memory_store.peek(lookup->relid, &probe))
+		len = probe.template_len;
+	if (len < 0)
+	{
+		BucketConfig config;
+		SpiSession	session = spi_begin(lookup->fcinfo, false);
+
+		(void) catalog_find(lookup->relid, lookup->name, GetCurrentTimestamp(), &config);
+		spi_end(&session);
+		len = config.source == CONFIG_NONE ? 0 : config.template_len;
+	}
+	return len > 0 ? len - 1 : 0;
+}
+
+/* Count "delta" for bucket "name" when the transaction ends (stats.c). */
+static void
+count(FunctionCallInfo fcinfo, text *name, int template_len,
+	  const StatsCounters *delta, TimestampTz now)
+{
+	TemplateLookup lookup = {fcinfo, installation_table(fcinfo), name, template_len};
+
+	stats_count(lookup.relid, name, delta, template_of, &lookup, now);
+}
+
+/*
+ * Count a decision made at "now" without waiting: a grant for every bucket,
+ * or a denial for each that held the request back (for all, if another
+ * session's grant did and none is short now).
+ */
+static void
+count_decision(FunctionCallInfo fcinfo, const Request *requests, int nrequests,
+			   bool granted, TimestampTz now)
+{
+	bool		any_short = false;
+
+	if (!stats_enabled())
+		return;
+	for (int i = 0; i < nrequests && !granted; i++)
+		any_short |= !bucket_holds(&requests[i].bucket, requests[i].cost, now);
+	for (int i = 0; i < nrequests; i++)
+	{
+		StatsCounters delta = {0};
+
+		if (granted)
+		{
+			delta.granted = 1;
+			delta.granted_tokens = requests[i].cost;
+		}
+		else if (any_short && bucket_holds(&requests[i].bucket, requests[i].cost, now))
+			continue;
+		else
+			delta.denied = 1;
+		count(fcinfo, requests[i].name, requests[i].template_len, &delta, now);
+	}
+}
+
+/*
+ * Take every request now, or none, and count the decision.  When every
+ * bucket named is a memory bucket with an entry, no SPI at all.
+ */
+bool
+router_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
+			TimestampTz now)
+{
+	Oid			relid = installation_table(fcinfo);
+	StoreResult result = STORE_ABSENT;
+	bool		granted;
+
+	/* the installation's version checked first, by a statement */
+	if (catalog_checked(relid))
+		result = memory_store.take_all(relid, requests, nrequests, now);
+	if (result != STORE_ABSENT)
+	{
+		granted = result == STORE_GRANTED;
+		for (int i = 0; i < nrequests && !granted; i++)
+			check_cost(&requests[i]);
+	}
+	else
+		granted = router_attempt(fcinfo, requests, nrequests, now);
+	count_decision(fcinfo, requests, nrequests, granted, now);
+	return granted;
+}
+
+/*
+ * Take every request now, or none, in whichever stores hold them, without
+ * counting: one attempt of a waiter (wait.c counts the wait).
+ */
+bool
+router_attempt(FunctionCallInfo fcinfo, Request *requests, int nrequests,
+			   TimestampTz now)
+{
+	SpiSession	session = spi_begin(fcinfo, true);
+	bool		granted = take_all(installation_table(fcinfo), requests,
+								   nrequests, now);
+
+	spi_end(&session);
+	return granted;
+}
+
+/*
+ * Count the outcome of a wait for every bucket of the request: a grant or a
+ * timeout, and how long it waited ("waited_usecs" -1: it did not).
+ */
+void
+router_count_wait(FunctionCallInfo fcinfo, const Request *requests,
+				  int nrequests, bool granted, int64 waited_usecs)
+{
+	TimestampTz now;
+
+	if (!stats_enabled())
+		return;
+	now = GetCurrentTimestamp();
+	for (int i = 0; i < nrequests; i++)
+	{
+		StatsCounters delta = {0};
+
+		delta.granted = granted ? 1 : 0;
+		delta.granted_tokens = granted ? requests[i].cost : 0;
+		delta.timeouts = granted ? 0 : 1;
+		delta.waited = waited_usecs >= 0 ? 1 : 0;
+		delta.wait_usecs = Max(waited_usecs, 0);
+		count(fcinfo, requests[i].name, requests[i].template_len, &delta, now);
+	}
+}
+
+/*
+ * Be (or stop being) the waiter a change to each bucket of the request
+ * wakes.  True when every bucket's store wakes its waiter.
+ */
+bool
+router_watch(FunctionCallInfo fcinfo, Request *requests, int nrequests, bool on)
+{
+	Oid			relid = installation_table(fcinfo);
+	bool		all = true;
+
+	for (int i = 0; i < nrequests; i++)
+	{
+		bool		watched = false;
+
+		for (int s = 0; s < NUM_STORES && !watched; s++)
+			watched = stores[s]->watch != NULL &&
+				stores[s]->watch(relid, requests[i].name, on);
+		all &= watched;
+	}
+	return all;
+}
+
+/* Look at a request's bucket now, changing nothing (peek_one()). */
+void
+router_peek(FunctionCallInfo fcinfo, Request *request, TimestampTz now)
+{
+	SpiSession	session = spi_begin(fcinfo, false);
+
+	peek_one(installation_table(fcinfo), request, now);
+	spi_end(&session);
+}
+
+/*
+ * Let "change" alter the state of bucket "name" at "now", in whichever
+ * store holds it (a template's bucket made first), count "delta" for it
+ * (unless NULL), and return the state after.  Every change that is not a
+ * grant or a new setting goes through here.
+ */
+Bucket
+router_update(FunctionCallInfo fcinfo, text *name, BucketChange change,
+			  const void *arg, const StatsCounters *delta, TimestampTz now)
+{
+	SpiSession	session = spi_begin(fcinfo, true);
+	Oid			relid = installation_table(fcinfo);
+	Bucket		after;
+	int			attempt;
+
+	for (attempt = 0; attempt < 3; attempt++)
+	{
+		if (memory_store.change(relid, name, change, arg, now, &after) ||
+			table_store.change(relid, name, change, arg, now, &after))
+			break;
+		if (!make_place(relid, name, now))
+			report_missing(name);
+	}
+	if (attempt == 3)
+		report_missing(name);
+	check_debt(name, &after);
+	spi_end(&session);
+	if (delta != NULL && stats_enabled())
+		count(fcinfo, name, -1, delta, now);
+	return after;
+}
+
+/* Fail unless bucket "name" exists, or its template would make it. */
+void
+router_require(FunctionCallInfo fcinfo, text *name)
+{
+	Request		request = {.name = name, .cost = 0, .template_len = -1};
+	SpiSession	session = spi_begin(fcinfo, true);
+
+	peek_one(installation_table(fcinfo), &request, GetCurrentTimestamp());
+	spi_end(&session);
+}
+
+/*
+ * Give bucket "name" new settings now (NaN keeps one), keeping the tokens
+ * it holds, capped at the new capacity.  A template passes them on to
+ * every bucket made from it.  A memory bucket's entry takes them when the
+ * transaction commits.
+ */
+void
+router_alter(FunctionCallInfo fcinfo, text *name, double capacity,
+			 double refill_rate)
+{
+	SpiSession	session = spi_begin(fcinfo, true);
+	Oid			relid = installation_table(fcinfo);
+	TimestampTz now = GetCurrentTimestamp();
+
+	for (int attempt = 0;; attempt++)
+	{
+		/* a table bucket's or template's row, a memory one's, or an entry */
+		if (table_store.alter(relid, name, capacity, refill_rate, now) ||
+			catalog_set_memory_settings(relid, name, capacity, refill_rate, now) ||
+			memory_store.alter(relid, name, capacity, refill_rate, now))
+			break;
+		if (attempt == 2 || !make_place(relid, name, now))
+			report_missing(name);
+	}
+	spi_end(&session);
+}
+
+/*
+ * Make a new full bucket (or template) "name" in the store "memory"
+ * chooses; false when the name is taken.  A memory bucket's entry is made
+ * when the transaction commits.
+ */
+bool
+router_create(FunctionCallInfo fcinfo, text *name, double capacity,
+			  double refill_rate, bool memory)
+{
+	SpiSession	session = spi_begin(fcinfo, true);
+	bool		created;
+
+	if (memory)
+		memory_store.check_make(VARSIZE_ANY_EXHDR(name) -
+								(is_template_name(name) ? 1 : 0));
+	created = catalog_insert(installation_table(fcinfo), name, capacity,
+							 refill_rate, memory, GetCurrentTimestamp());
+	spi_end(&session);
+	return created;
+}
+
+/*
+ * Drop bucket "name" (a template: with every bucket made from it); false
+ * when there was none.  A memory bucket's entries go when the transaction
+ * commits.
+ */
+bool
+router_drop(FunctionCallInfo fcinfo, text *name)
+{
+	SpiSession	session = spi_begin(fcinfo, true);
+	Oid			relid = installation_table(fcinfo);
+	bool		dropped;
+
+	/* a table row; a memory bucket's or template's row; an entry alone */
+	dropped = table_store.drop(relid, name) ||
+		catalog_delete_memory(relid, name) ||
+		memory_store.drop(relid, name);
+	spi_end(&session);
+	return dropped;
+}
+
+/*
+ * Forget template-made buckets that are full, unpaused and unchanged since
+ * "idle_since", in every store.  Returns how many.
+ */
+uint64
+router_purge(FunctionCallInfo fcinfo, TimestampTz idle_since, TimestampTz now)
+{
+	SpiSession	session = spi_begin(fcinfo, true);
+	Oid			relid = installation_table(fcinfo);
+	uint64		purged = 0;
+
+	spi_allow_seqscan();		/* it reads the whole table */
+	for (int i = 0; i < NUM_STORES; i++)
+		purged += stores[i]->purge(relid, idle_since, now);
+	spi_end(&session);
+	return purged;
+}
+
+PG_FUNCTION_INFO_V1(tb_buckets_changed);
+
+/*
+ * Trigger on tb_buckets, for rows of memory buckets and templates: hands
+ * what an INSERT, UPDATE, DELETE or TRUNCATE did to the memory store, to
+ * apply when the transaction commits.
+ */
+Datum
+tb_buckets_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TupleDesc	desc;
+	Oid			relid;
+	HeapTuple	old_row = NULL;
+	HeapTuple	new_row = NULL;
+	bool		isnull;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "tb_buckets_changed: not called as a trigger");
+	relid = RelationGetRelid(trigdata->tg_relation);
+	desc = RelationGetDescr(trigdata->tg_relation);
+
+	if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))
+	{
+		for (int i = 0; i < NUM_STORES; i++)
+			stores[i]->configure(CONFIG_TRUNCATED, relid, "", 0, 0, 0);
+		return PointerGetDatum(NULL);
+	}
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ||
+		TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
+		old_row = trigdata->tg_trigtuple;
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+		new_row = trigdata->tg_newtuple;
+	else if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		new_row = trigdata->tg_trigtuple;
+
+#define COLUMN(row, name) heap_getattr((row), SPI_fnumber(desc, (name)), desc, &isnull)
+	if (old_row && new_row &&
+		DatumGetBool(COLUMN(old_row, "memory")) != DatumGetBool(COLUMN(new_row, "memory")))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot change the kind of token bucket \"%s\"",
+						TextDatumGetCString(COLUMN(old_row, "name"))),
+				 errdetail("Whether a bucket keeps its tokens in memory is chosen when it is made."),
+				 errhint("Drop the bucket with tb_drop() and make it again with tb_create().")));
+
+	if (old_row)
+	{
+		text	   *old_name = DatumGetTextPP(COLUMN(old_row, "name"));
+		text	   *new_name = new_row ? DatumGetTextPP(COLUMN(new_row, "name")) : NULL;
+		bool		renamed = new_name == NULL ||
+			VARSIZE_ANY_EXHDR(old_name) != VARSIZE_ANY_EXHDR(new_name) ||
+			memcmp(VARDATA_ANY(old_name), VARDATA_ANY(new_name),
+				   VARSIZE_ANY_EXHDR(old_name)) != 0;
+
+		if (renamed)
+			memory_store.configure(CONFIG_DROPPED, relid, VARDATA_ANY(old_name),
+								   VARSIZE_ANY_EXHDR(old_name), 0, 0);
+		else
+		{
+			memory_store.configure(CONFIG_ALTERED, relid, VARDATA_ANY(old_name),
+								   VARSIZE_ANY_EXHDR(old_name),
+								   DatumGetFloat8(COLUMN(new_row, "capacity")),
+								   DatumGetFloat8(COLUMN(new_row, "refill_rate")));
+			return PointerGetDatum(NULL);
+		}
+	}
+	if (new_row)
+	{
+		text	   *name = DatumGetTextPP(COLUMN(new_row, "name"));
+
+		if (!is_template_name(name))
+			memory_store.configure(CONFIG_MADE, relid, VARDATA_ANY(name),
+								   VARSIZE_ANY_EXHDR(name),
+								   DatumGetFloat8(COLUMN(new_row, "capacity")),
+								   DatumGetFloat8(COLUMN(new_row, "refill_rate")));
+	}
+#undef COLUMN
+	return PointerGetDatum(NULL);
+}

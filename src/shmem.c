@@ -1,0 +1,350 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.c
+ *	  The shared-memory base of the memory store and the counters: keys of
+ *	  shared hashes, areas set aside at server start, and the file a clean
+ *	  shutdown keeps them in.
+ *
+ * Each user of shared memory registers an area from _PG_init while the
+ * library is being preloaded; this file asks for every area's memory and
+ * locks (shmem_request_hook), makes or attaches them (shmem_startup_hook),
+ * and at a clean shutdown of the postmaster lets each save what it wants
+ * kept, as pg_stat_statements does with its file.
+ *
+ * src/shmem.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <unistd.h>
+
+#include "catalog/pg_control.h"
+#include "common/controldata_utils.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "shmem.h"
+#include "storage/fd.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/elog.h"
+
+#define MAX_AREAS 4
+
+static const SharedArea *areas[MAX_AREAS];
+static int	nareas = 0;
+
+#if PG_VERSION_NUM >= 150000
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+#endif
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* hash_search() support for SharedKey: only the used part of the name counts */
+uint32
+shared_key_hash(const void *key, Size keysize)
+{
+	const SharedKey *k = key;
+
+	return hash_combine(hash_combine(k->dbid, k->relid),
+						hash_bytes((const unsigned char *) k->name, k->len));
+}
+
+/* hash_search() support for SharedKey: 0 when the keys are equal. */
+int
+shared_key_match(const void *key1, const void *key2, Size keysize)
+{
+	const SharedKey *a = key1;
+	const SharedKey *b = key2;
+
+	return !(a->dbid == b->dbid && a->relid == b->relid && a->len == b->len &&
+			 memcmp(a->name, b->name, a->len) == 0);
+}
+
+/* The key of "name" in installation "relid"; false if too long to be one. */
+bool
+shared_key_make(SharedKey *key, Oid relid, const char *name, int len)
+{
+	if (len > SHARED_NAME_MAX_BYTES)
+		return false;
+	key->dbid = MyDatabaseId;
+	key->relid = relid;
+	key->len = len;
+	memcpy(key->name, name, len);
+	return true;
+}
+
+/* shared_key_make() for a text name. */
+bool
+shared_key_text(SharedKey *key, Oid relid, text *name)
+{
+	return shared_key_make(key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+}
+
+/* Shared memory "area" needs. */
+static Size
+area_size(const SharedArea *area)
+{
+	return add_size(MAXALIGN(area->state_size),
+					hash_estimate_size(*area->max_entries, area->entry_size));
+}
+
+/* Ask for every area's memory and locks. */
+static void
+request_areas(void)
+{
+	for (int i = 0; i < nareas; i++)
+	{
+		RequestAddinShmemSpace(area_size(areas[i]));
+		RequestNamedLWLockTranche(areas[i]->name, areas[i]->nlocks);
+	}
+}
+
+#if PG_VERSION_NUM >= 150000
+/* shmem_request_hook */
+static void
+shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	request_areas();
+}
+#endif
+
+/* on_shmem_exit in the postmaster: let each area keep what a clean shutdown may. */
+static void
+shmem_shutdown(int code, Datum arg)
+{
+	/* never after a crash */
+	if (code != 0)
+		return;
+	for (int i = 0; i < nareas; i++)
+		if (areas[i]->shutdown)
+			areas[i]->shutdown();
+}
+
+/* shmem_startup_hook: make or attach every area. */
+static void
+shmem_startup(void)
+{
+	void	   *states[MAX_AREAS];
+	HTAB	   *hashes[MAX_AREAS];
+	bool		made[MAX_AREAS];
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	for (int i = 0; i < nareas; i++)
+	{
+		const SharedArea *area = areas[i];
+		HASHCTL		info;
+		bool		found;
+		char	   *hash_name = psprintf("%s hash", area->name);
+
+		states[i] = ShmemInitStruct(area->name, area->state_size, &found);
+		made[i] = !found;
+		info.keysize = sizeof(SharedKey);
+		info.entrysize = area->entry_size;
+		info.hash = shared_key_hash;
+		info.match = shared_key_match;
+		hashes[i] = ShmemInitHash(hash_name, *area->max_entries, *area->max_entries,
+								  &info,
+								  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_FIXED_SIZE);
+	}
+	LWLockRelease(AddinShmemInitLock);
+
+	for (int i = 0; i < nareas; i++)
+		areas[i]->attach(states[i], hashes[i],
+						 GetNamedLWLockTranche(areas[i]->name),
+						 made[i] && !IsUnderPostmaster);
+	if (nareas > 0 && made[0] && !IsUnderPostmaster)
+		on_shmem_exit(shmem_shutdown, (Datum) 0);
+}
+
+/*
+ * Register "area" (from _PG_init, while preloading): its memory is set
+ * aside at server start and attach() called in every process.
+ */
+void
+shmem_register(const SharedArea *area)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	Assert(nareas < MAX_AREAS);
+	if (nareas == 0)
+	{
+#if PG_VERSION_NUM >= 150000
+		prev_shmem_request_hook = shmem_request_hook;
+		shmem_request_hook = shmem_request;
+#endif
+		prev_shmem_startup_hook = shmem_startup_hook;
+		shmem_startup_hook = shmem_startup;
+	}
+	areas[nareas++] = area;
+#if PG_VERSION_NUM < 150000
+	RequestAddinShmemSpace(area_size(area));
+	RequestNamedLWLockTranche(area->name, area->nlocks);
+#endif
+}
+
+/*
+ * Begin saving to "path" (its temporary name first): only after a shutdown
+ * checkpoint is there state worth keeping.  False when there is none, or
+ * the file cannot be made (after a LOG line).
+ */
+bool
+state_save_begin(StateFile *sf, const char *path, uint32 magic, uint32 format)
+{
+	ControlFileData *control;
+	bool		crc_ok;
+	uint32		header[2] = {magic, format};
+
+	control = get_controlfile(DataDir, &crc_ok);
+	if (!crc_ok || control->state != DB_SHUTDOWNED)
+		return false;
+	sf->path = path;
+	sf->failed = false;
+	sf->file = AllocateFile(psprintf("%s.tmp", path), PG_BINARY_W);
+	if (sf->file == NULL)
+	{
+		sf->failed = true;
+		return state_save_end(sf);
+	}
+	INIT_CRC32C(sf->crc);
+	state_save(sf, header, sizeof(header));
+	state_save(sf, &control->system_identifier, sizeof(uint64));
+	return !sf->failed;
+}
+
+/* Write "size" bytes of "data"; a failure is reported by state_save_end(). */
+void
+state_save(StateFile *sf, const void *data, Size size)
+{
+	if (sf->failed)
+		return;
+	if (fwrite(data, size, 1, sf->file) != 1)
+		sf->failed = true;
+	else
+		COMP_CRC32C(sf->crc, data, size);
+}
+
+/*
+ * Finish the file (its CRC) and put it in place; on any failure LOG why,
+ * leave no file, and return false.
+ */
+bool
+state_save_end(StateFile *sf)
+{
+	char	   *tmp = psprintf("%s.tmp", sf->path);
+
+	if (!sf->failed)
+	{
+		FIN_CRC32C(sf->crc);
+		state_save(sf, &sf->crc, sizeof(sf->crc));
+	}
+	if (sf->file != NULL && FreeFile(sf->file) != 0)
+		sf->failed = true;
+	sf->file = NULL;
+	if (!sf->failed && durable_rename(tmp, sf->path, LOG) == 0)
+		return true;
+	if (sf->failed)
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not write file \"%s\": %m", tmp)));
+	unlink(tmp);
+	return false;
+}
+
+/*
+ * Open "path" for reading back, and check its header: false, having LOGged
+ * why (unless there was no file: *existed false), when it is not to be
+ * read.  The caller reads with state_load() and ends with state_load_end()
+ * or state_load_reject(), which remove the file.
+ */
+bool
+state_load_begin(StateFile *sf, const char *path, uint32 magic, uint32 format,
+				 const char *consequence, bool *existed)
+{
+	ControlFileData *control;
+	bool		crc_ok;
+	uint32		header[2];
+	uint64		sysid;
+
+	sf->path = path;
+	sf->failed = false;
+	sf->consequence = consequence;
+	*existed = false;
+	sf->file = AllocateFile(path, PG_BINARY_R);
+	if (sf->file == NULL)
+	{
+		if (errno != ENOENT)
+			ereport(LOG,
+					(errcode_for_file_access(),
+					 errmsg("could not read file \"%s\": %m", path),
+					 errdetail("%s", consequence)));
+		return false;
+	}
+	*existed = true;
+	INIT_CRC32C(sf->crc);
+	control = get_controlfile(DataDir, &crc_ok);
+	if (!state_load(sf, header, sizeof(header)) || !state_load(sf, &sysid, sizeof(sysid)))
+		state_load_reject(sf, "it is truncated or unreadable");
+	else if (header[0] != magic || header[1] != format)
+		state_load_reject(sf, "it is not a tokenbucket state file of this version");
+	else if (sysid != control->system_identifier)
+		state_load_reject(sf, "it was written by another database cluster");
+	else if (!crc_ok || control->state != DB_SHUTDOWNED)
+		state_load_reject(sf, "the server did not shut down cleanly since it was written");
+	else
+		return true;
+	return false;
+}
+
+/* Read "size" bytes into "data"; false (and the file is bad) if short. */
+bool
+state_load(StateFile *sf, void *data, Size size)
+{
+	if (sf->failed || fread(data, size, 1, sf->file) != 1)
+	{
+		sf->failed = true;
+		return false;
+	}
+	COMP_CRC32C(sf->crc, data, size);
+	return true;
+}
+
+/* Give up on the file, LOGging why, and remove it. */
+void
+state_load_reject(StateFile *sf, const char *problem)
+{
+	ereport(LOG,
+			(errmsg("ignoring file \"%s\": %s", sf->path, problem),
+			 errdetail("%s", sf->consequence)));
+	if (sf->file != NULL)
+		FreeFile(sf->file);
+	sf->file = NULL;
+	unlink(sf->path);
+}
+
+/*
+ * Check that everything read was the file, whole and unchanged (its CRC),
+ * and remove it.  False, having LOGged why, when it was not.
+ */
+bool
+state_load_end(StateFile *sf)
+{
+	pg_crc32c	stored;
+	pg_crc32c	crc = sf->crc;
+
+	FIN_CRC32C(crc);
+	if (sf->failed || fread(&stored, sizeof(stored), 1, sf->file) != 1 ||
+		!EQ_CRC32C(crc, stored) || fgetc(sf->file) != EOF)
+	{
+		state_load_reject(sf, "it is truncated or unreadable");
+		return false;
+	}
+	FreeFile(sf->file);
+	sf->file = NULL;
+	unlink(sf->path);
+	return true;
+}

@@ -1,0 +1,90 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.h
+ *	  The shared-memory base of the memory store and the counters: keys of
+ *	  shared hashes, areas set aside at server start, and the file a clean
+ *	  shutdown keeps them in.
+ *
+ * src/shmem.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef TOKENBUCKET_SHMEM_H
+#define TOKENBUCKET_SHMEM_H
+
+#include <stdio.h>
+
+#include "port/pg_crc32c.h"
+#include "storage/lwlock.h"
+#include "utils/hsearch.h"
+
+/* Longest name a shared entry holds, in a fixed space. */
+#define SHARED_NAME_MAX_BYTES 128
+
+/* The key of a shared entry: which installation, and a name. */
+typedef struct SharedKey
+{
+	Oid			dbid;
+	Oid			relid;			/* that installation's tb_buckets */
+	uint16		len;
+	char		name[SHARED_NAME_MAX_BYTES];	/* not terminated */
+} SharedKey;
+
+extern bool shared_key_make(SharedKey *key, Oid relid, const char *name, int len);
+extern bool shared_key_text(SharedKey *key, Oid relid, text *name);
+extern uint32 shared_key_hash(const void *key, Size keysize);
+extern int	shared_key_match(const void *key1, const void *key2, Size keysize);
+
+/*
+ * A part of shared memory set aside when the server starts (the library
+ * preloaded): a struct, a hash of SharedKey-keyed entries, and a tranche
+ * of LWLocks, all named after it.
+ */
+typedef struct SharedArea
+{
+	const char *name;
+	Size		state_size;		/* bytes of its struct */
+	int		   *max_entries;	/* entries its hash holds (a GUC's value) */
+	Size		entry_size;		/* of an entry, its SharedKey first */
+	int			nlocks;			/* LWLocks of its tranche */
+
+	/*
+	 * Called in every process once the area is there; "first" in the
+	 * postmaster when it has just been made (at start, or after a crash),
+	 * to set it up.
+	 */
+	void		(*attach) (void *state, HTAB *hash, LWLockPadded *locks,
+						   bool first);
+	/* called in the postmaster at a clean shutdown, or NULL */
+	void		(*shutdown) (void);
+} SharedArea;
+
+extern void shmem_register(const SharedArea *area);
+
+/*
+ * A file that keeps shared state across a clean shutdown: written to a
+ * temporary name and renamed, checked with a CRC, and read back (then
+ * removed) at the next start only if it is this cluster's and the server
+ * shut down cleanly after writing it.
+ */
+typedef struct StateFile
+{
+	const char *path;
+	FILE	   *file;
+	pg_crc32c	crc;
+	bool		failed;
+	const char *consequence;	/* the errdetail of a LOG about it */
+} StateFile;
+
+extern bool state_save_begin(StateFile *sf, const char *path, uint32 magic,
+							 uint32 format);
+extern void state_save(StateFile *sf, const void *data, Size size);
+extern bool state_save_end(StateFile *sf);
+extern bool state_load_begin(StateFile *sf, const char *path, uint32 magic,
+							 uint32 format, const char *consequence,
+							 bool *existed);
+extern bool state_load(StateFile *sf, void *data, Size size);
+extern void state_load_reject(StateFile *sf, const char *problem);
+extern bool state_load_end(StateFile *sf);
+
+#endif							/* TOKENBUCKET_SHMEM_H */
