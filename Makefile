@@ -1,13 +1,11 @@
 # tokenbucket: PGXS build, plus the two set-up commands (demo, test).
 
-# tokenbucket, and tokenbucket_proxy (SQL only) for a PL/Proxy database in
-# front of several servers that run tokenbucket
-EXTENSION = tokenbucket tokenbucket_proxy
+EXTENSION = tokenbucket
 MODULE_big = tokenbucket
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" tokenbucket.control)
 OBJS = src/bucket.o src/common.o src/shmem.o src/catalog.o src/table_store.o \
 	src/memory_entries.o src/memory_store.o src/stats.o src/router.o src/wait.o src/tokenbucket.o
-DATA = $(wildcard sql/tokenbucket--*.sql sql/tokenbucket_proxy--*.sql)
+DATA = $(wildcard sql/tokenbucket--*.sql)
 # the queries file for prometheus-postgres-exporter, into $(pg_config --docdir)/extension
 DOCS = prometheus/tokenbucket.yaml
 
@@ -34,6 +32,15 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
+
+# tokenbucket_proxy (proxy/, SQL only), for a PL/Proxy database in front of
+# several servers that run tokenbucket, goes along
+all: all-proxy
+install: install-proxy
+clean: clean-proxy
+all-proxy install-proxy clean-proxy:
+	$(MAKE) -C proxy -s PG_CONFIG=$(PG_CONFIG) $(@:-proxy=)
+.PHONY: all-proxy install-proxy clean-proxy
 else
 # No server headers yet: only the set-up targets below work, and they
 # install them.

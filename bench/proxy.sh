@@ -1,5 +1,5 @@
 # bench/proxy.sh: the tokenbucket_proxy row of make bench.  Sourced by
-# bench/run.sh (after scripts/common.sh and test/proxy/cluster.sh), not run.
+# bench/run.sh (after scripts/common.sh and proxy/test/cluster.sh), not run.
 #
 # Four shard servers and a proxy server on this machine (fsync on,
 # synchronous_commit off on the shards, so that a call is what is

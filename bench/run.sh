@@ -17,23 +17,26 @@
 # First tokenbucket_proxy, on servers of its own: grants through a
 # PL/Proxy database in front of 1, 2 and 4 shard servers, beside the same
 # calls made directly, with the CPU time the proxy and the shards spend
-# per call (bench/proxy.csv).  Then the cost of the counters of tb_stats:
+# per call (bench/proxy.csv).  Then the gateway's request (bench/gateway.sh:
+# the API key lookup and the user's limit in one statement, against the
+# lookup and a Redis script in two round trips; bench/gateway.csv).  Then
+# the cost of the counters of tb_stats:
 # the same calls with tokenbucket.track_stats on and off in turn
 # (bench/counters.csv).
 #
 # Writes bench/results.csv and bench/results.png and prints a table.
-# BENCH_SECONDS sets each run's length (default 10); BENCH_ONLY=counters
-# or BENCH_ONLY=proxy runs that comparison alone.  Not a test: nothing
-# here fails on a speed.
+# BENCH_SECONDS sets each run's length (default 10); BENCH_ONLY=proxy,
+# BENCH_ONLY=gateway or BENCH_ONLY=counters runs that comparison alone.
+# Not a test: nothing here fails on a speed.
 
 source "$(dirname "$0")/../scripts/common.sh"
-source "$TOP/test/proxy/cluster.sh"
+source "$TOP/proxy/test/cluster.sh"
 
 : "${BENCH_SECONDS:=10}"
 CLIENTS=(1 8 32)
 OUT=$TOP/bench/results.csv
 
-tb_install_packages redis-server gnuplot-nox "postgresql-$PGVERSION-plproxy"
+tb_install_packages redis-server gnuplot-nox "postgresql-$PGVERSION-plproxy" libhiredis-dev
 tb_build_install
 
 # tokenbucket_proxy first, on servers of its own
@@ -71,6 +74,12 @@ REDIS_PORT=$((PGPORT + 1))
 	--logfile "$TB_TMP/redis.log"
 trap 'redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true; px_cleanup; restore_hugepages; tb_cleanup' EXIT
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+if [ "${BENCH_ONLY:-gateway}" = gateway ]; then
+	say "gateway: the API key lookup and the user's limit, one statement against two round trips ($BENCH_SECONDS s per run)"
+	source "$TOP/bench/gateway.sh"
+	[ "${BENCH_ONLY:-}" = gateway ] && exit 0
+fi
 
 say "loading 10,000 and 1,000,000 buckets"
 createdb bench
@@ -164,7 +173,7 @@ if [ "${BENCH_ONLY:-counters}" = counters ]; then
 	say "counters: tokenbucket.track_stats on and off in turn ($BENCH_SECONDS s per run)"
 	run_counters
 fi
-# BENCH_ONLY=counters (or proxy, which ended above): that, and nothing else
+# BENCH_ONLY=counters (or proxy or gateway, which ended above): that, and nothing else
 [ -n "${BENCH_ONLY:-}" ] && exit 0
 
 say "PostgreSQL: $BENCH_SECONDS s per run"

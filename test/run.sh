@@ -16,7 +16,7 @@
 #   memory        test/memory.sh: memory flat over many calls; valgrind
 #   exporter      test/exporter.sh: prometheus-postgres-exporter with
 #                 prometheus/tokenbucket.yaml, scraped over HTTP, exact
-#   proxy         test/proxy.sh: tokenbucket_proxy in front of three servers
+#   proxy         proxy/test/proxy.sh: tokenbucket_proxy in front of three servers
 #                 holding four partitions, one of them stopped midway
 #   examples      test/examples.sh: examples/ in a short mode, each with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
@@ -132,10 +132,11 @@ rc=0
 grep -v '^# \(WARNING\|pgbench\)' "$LOG"
 count_tap "$LOG" $rc
 
-for script in stress wait locks memory exporter proxy examples; do
-	say "$script (test/$script.sh)"
+for script in test/stress test/wait test/locks test/memory test/exporter \
+	proxy/test/proxy test/examples; do
+	say "${script##*/} ($script.sh)"
 	rc=0
-	bash "$TOP/test/$script.sh" >"$LOG" 2>&1 || rc=$?
+	bash "$TOP/$script.sh" >"$LOG" 2>&1 || rc=$?
 	cat "$LOG"
 	count_tap "$LOG" $rc
 done

@@ -1,6 +1,6 @@
--- test/proxy/same.sql: every function of tokenbucket_proxy, and its
+-- proxy/test/same.sql: every function of tokenbucket_proxy, and its
 -- errors, run once on a database with tokenbucket and once on the proxy;
--- test/proxy.sh compares the two outputs, which must be the same line for
+-- proxy/test/proxy.sh compares the two outputs, which must be the same line for
 -- line (the proxy's "[shard] REMOTE ERROR: " prefix taken out).  A
 -- function returning void returns NULL through PL/Proxy, '' directly, so
 -- only what else may be NULL is asked with IS NULL.  Buckets

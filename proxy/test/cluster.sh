@@ -1,5 +1,5 @@
-# test/proxy/cluster.sh: throwaway servers for tokenbucket_proxy, shared by
-# test/proxy.sh and bench/run.sh.  Sourced after scripts/common.sh, not
+# proxy/test/cluster.sh: throwaway servers for tokenbucket_proxy, shared by
+# proxy/test/proxy.sh and bench/run.sh.  Sourced after scripts/common.sh, not
 # run.
 #
 #   px_init                       a folder for the servers ($PX)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# test/proxy.sh: tokenbucket_proxy over three throwaway servers holding four
+# proxy/test/proxy.sh: tokenbucket_proxy over three throwaway servers holding four
 # partitions (p0 and p3 are two databases of server a, p1 is on b, p2 on
 # c), and a proxy server in front.  Checks that every function through the
-# proxy answers what it answers directly (test/proxy/same.sql); that each
+# proxy answers what it answers directly (proxy/test/same.sql); that each
 # bucket lives on the partition the documented hash says, computed here
 # apart (Python's hashlib); that names with one {tag} share a shard and
 # are taken all or nothing, and names without one are refused; that the
@@ -12,9 +12,9 @@
 # only what they were granted; and that nothing is left running.  Prints
 # TAP.
 set -euo pipefail
-TOP=$(cd "$(dirname "$0")/.." && pwd)
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
 source "$TOP/scripts/common.sh"
-source "$TOP/test/proxy/cluster.sh"
+source "$TOP/proxy/test/cluster.sh"
 : "${STRESS_SECONDS:=10}"
 W=$(mktemp -d)
 trap 'px_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
@@ -52,8 +52,8 @@ px_psql a postgres -c 'CREATE DATABASE tb_direct'
 px_psql a tb_direct -c 'CREATE EXTENSION tokenbucket'
 
 # 1. every function, every error: the same through the proxy as directly
-px_psql a tb_direct -v ON_ERROR_STOP=0 -f "$TOP/test/proxy/same.sql" >"$W/direct.out" 2>&1 || true
-P -v ON_ERROR_STOP=0 -f "$TOP/test/proxy/same.sql" >"$W/proxy.out" 2>&1 || true
+px_psql a tb_direct -v ON_ERROR_STOP=0 -f "$TOP/proxy/test/same.sql" >"$W/direct.out" 2>&1 || true
+P -v ON_ERROR_STOP=0 -f "$TOP/proxy/test/same.sql" >"$W/proxy.out" 2>&1 || true
 # the proxy's additions: "public.fn(nargs): [dbname] REMOTE ERROR: ", the
 # "Remote hint: " prefix, and the notice that it reconnects after an error
 sed -E -e 's/public\.tb_[a-z_]+\([0-9]+\): \[[a-z_0-9]+\] REMOTE ERROR: //' \
@@ -63,9 +63,9 @@ sed -E '/^LOCATION:/d' "$W/direct.out" >"$W/direct.norm"
 errors=$(grep -c '^psql:.*: ERROR:' "$W/direct.norm" || true)
 if diff -u "$W/direct.norm" "$W/proxy.norm" >"$W/diff" && [ "$errors" -ge 20 ] &&
 	[ "$(wc -l <"$W/direct.norm")" -ge 100 ]; then
-	ok "test/proxy/same.sql: the proxy answers as tokenbucket does, $errors errors included"
+	ok "proxy/test/same.sql: the proxy answers as tokenbucket does, $errors errors included"
 else
-	not_ok "test/proxy/same.sql differs through the proxy ($errors errors directly)" \
+	not_ok "proxy/test/same.sql differs through the proxy ($errors errors directly)" \
 		"$(head -n 60 "$W/diff")"
 fi
 
