@@ -42,18 +42,22 @@ build() {	# build NAME REV (REV empty: the working tree)
 	cp "$dir/tokenbucket.so" "$BUILDS/$1.so"
 }
 TB_CHILDREN_TREES=()
-trap 'for t in "${TB_CHILDREN_TREES[@]}"; do git -C "$TOP" worktree remove --force "$t"; done; tb_cleanup' EXIT
+trap 'rc=$?; for t in "${TB_CHILDREN_TREES[@]}"; do git -C "$TOP" worktree remove --force "$t"; done
+	(exit $rc); tb_cleanup' EXIT
 build base "$BASE"
 build other "$OTHER"
 LIBDIR=$($PG_CONFIG --pkglibdir)
-use() {	# use NAME: install that build's library and restart the server
-	cp "$BUILDS/$1.so" "$LIBDIR/tokenbucket.so"
-	"${TB_RUNAS[@]}" "$PGBIN/pg_ctl" -D "$TB_TMP/data" -l "$TB_TMP/server.log" -w -s restart
+use() {	# use NAME: stop the server, put that build's library in place, start it
+	"${TB_RUNAS[@]}" "$PGBIN/pg_ctl" -D "$TB_TMP/data" -w -s stop
+	# a new file renamed over the old: a mapped library is never written to
+	cp "$BUILDS/$1.so" "$LIBDIR/tokenbucket.so.new"
+	mv -f "$LIBDIR/tokenbucket.so.new" "$LIBDIR/tokenbucket.so"
+	"${TB_RUNAS[@]}" "$PGBIN/pg_ctl" -D "$TB_TMP/data" -l "$TB_TMP/server.log" -w -s start
 }
 
 say "loading 10,000 table and 10,000 memory buckets"
 createdb bench
-psql -q -X -d bench -v ON_ERROR_STOP=1 <<'SQL'
+psql -q -X -d bench -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
 CREATE EXTENSION tokenbucket;
 INSERT INTO tb_buckets (name, capacity, refill_rate)
 SELECT 'k' || i, 1e9, 1e9 FROM generate_series(1, 10000) AS i;

@@ -39,13 +39,18 @@ static Oid	checked_relid = InvalidOid;
 
 /*
  * Fail clearly when the extension's SQL objects are of another version
- * than this library (a new library installed, ALTER EXTENSION not yet run).
+ * than this library (a new library installed, ALTER EXTENSION not yet run);
+ * once per backend and installation.
  */
 static void
-check_version(void)
+check_version(Oid relid)
 {
 	char	   *version = NULL;
 	int			rc;
+
+	if (relid == checked_relid)
+		return;
+	checked_relid = InvalidOid;
 
 	rc = SPI_execute("SELECT extversion FROM pg_catalog.pg_extension"
 					 " WHERE extname OPERATOR(pg_catalog.=) 'tokenbucket'",
@@ -60,12 +65,13 @@ check_version(void)
 				 errmsg("extension tokenbucket is version %s, its library is version %s",
 						version ? version : "(none)", TOKENBUCKET_VERSION),
 				 errhint("Run ALTER EXTENSION tokenbucket UPDATE in this database.")));
+	checked_relid = relid;
 }
 
 /*
- * Whether this backend checked the version of installation "relid" (by
- * running a statement on it): then a memory bucket's entry may be used
- * without SPI.
+ * Whether this backend checked the version of installation "relid" (in an
+ * SPI session on it): then a memory bucket's entry may be used without
+ * SPI.
  */
 bool
 catalog_checked(Oid relid)
@@ -84,11 +90,12 @@ SpiSession
 spi_begin(FunctionCallInfo fcinfo, bool writes)
 {
 	SpiSession	session;
+	Oid			relid;
 	int			rc;
 
 	if (writes)
 		check_primary();
-	(void) installation_recheck(fcinfo);
+	relid = installation_recheck(fcinfo);
 	GetUserIdAndSecContext(&session.userid, &session.sec_context);
 	SetUserIdAndSecContext(installation_owner(fcinfo),
 						   session.sec_context | SECURITY_LOCAL_USERID_CHANGE);
@@ -100,6 +107,7 @@ spi_begin(FunctionCallInfo fcinfo, bool writes)
 	rc = SPI_connect();
 	if (rc != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(rc));
+	check_version(relid);
 	return session;
 }
 
@@ -138,12 +146,7 @@ plan_run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
 {
 	int			rc;
 
-	if (relid != checked_relid)
-	{
-		checked_relid = InvalidOid;
-		check_version();
-		checked_relid = relid;
-	}
+	check_version(relid);
 	if (plan->plan == NULL || plan->relid != relid)
 	{
 		char	   *nspname = get_namespace_name(get_rel_namespace(relid));
