@@ -1,5 +1,5 @@
 --
--- upgrade: 1.0 updated to 1.1, 1.2, 1.3 and then 1.4 keeps its buckets
+-- upgrade: 1.0 updated to 1.1, 1.2, 1.3, 1.4 and then 1.5 keeps its buckets
 -- and gives exactly the objects of a fresh install; grants made on the
 -- functions 1.2 and 1.3 replace are kept.
 --
@@ -34,6 +34,8 @@ SELECT name, memory FROM tb_status ORDER BY name;
 
 ALTER EXTENSION tokenbucket UPDATE TO '1.4';
 SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
+ALTER EXTENSION tokenbucket UPDATE TO '1.5';
+SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 SELECT tb_acquire('kept', 5), tb_acquire('half', 2), tb_acquire('half');
 SELECT tb_acquire_all('{kept,half}'), round(tb_refund('kept', 1)::numeric, 2);
 -- the buckets made before the update are counted like new ones
@@ -44,7 +46,8 @@ SELECT p.oid::regprocedure AS function,
        has_function_privilege('regress_tb_upgrade_worker', p.oid, 'EXECUTE') AS worker,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public
 FROM pg_proc p
-WHERE p.proname IN ('tb_try', 'tb_pause_until', 'tb_pause', 'tb_refund', 'tb_try_all', 'tb_create')
+WHERE p.proname IN ('tb_try', 'tb_pause_until', 'tb_pause', 'tb_refund', 'tb_try_all', 'tb_create',
+                    'tb_buckets_changed')
 ORDER BY p.oid::regprocedure::text;
 
 -- and the objects are those of a fresh install
@@ -123,6 +126,8 @@ SELECT pg_temp.install_and_update('1.2');
 SELECT pg_temp.differences() AS from_1_2;
 SELECT pg_temp.install_and_update('1.3');
 SELECT pg_temp.differences() AS from_1_3;
+SELECT pg_temp.install_and_update('1.4');
+SELECT pg_temp.differences() AS from_1_4;
 DROP EXTENSION tokenbucket;
 CREATE EXTENSION tokenbucket;
 

@@ -25,6 +25,7 @@
 
 #include <math.h>
 
+#include "access/xact.h"
 #include "catalog.h"
 #include "catalog/pg_type.h"
 #include "common.h"
@@ -32,6 +33,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 /* The installation whose version this backend checked last. */
@@ -134,15 +136,9 @@ spi_end(SpiSession *session)
 	SetUserIdAndSecContext(session->userid, session->sec_context);
 }
 
-/*
- * Run a kept plan on installation "relid", preparing it on first use (and
- * checking the installation's version first); "nulls" is NULL or SPI's
- * ' '/'n' string.  Returns the rows processed; any rows are in
- * SPI_tuptable, for the caller to free.  With none, SPI_tuptable is freed
- * here, so that a call naming many buckets keeps no memory per bucket.
- */
-uint64
-plan_run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
+/* plan_run(), on the newest committed state with "latest". */
+static uint64
+run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls, bool latest)
 {
 	int			rc;
 
@@ -168,7 +164,11 @@ plan_run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
 		plan->plan = prepared;
 		plan->relid = relid;
 	}
-	rc = SPI_execute_plan(plan->plan, args, nulls, false, 0);
+	if (latest)
+		rc = SPI_execute_snapshot(plan->plan, args, nulls, GetLatestSnapshot(),
+								  InvalidSnapshot, true, false, 0);
+	else
+		rc = SPI_execute_plan(plan->plan, args, nulls, false, 0);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0 && SPI_tuptable != NULL)
@@ -177,6 +177,19 @@ plan_run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
 		SPI_tuptable = NULL;
 	}
 	return SPI_processed;
+}
+
+/*
+ * Run a kept plan on installation "relid", preparing it on first use (and
+ * checking the installation's version first); "nulls" is NULL or SPI's
+ * ' '/'n' string.  Returns the rows processed; any rows are in
+ * SPI_tuptable, for the caller to free.  With none, SPI_tuptable is freed
+ * here, so that a call naming many buckets keeps no memory per bucket.
+ */
+uint64
+plan_run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
+{
+	return run(plan, relid, args, nulls, false);
 }
 
 /*
@@ -202,14 +215,15 @@ plan_read_bucket(Bucket *bucket)
 /* A name's row: its state, kind and template */
 static KeptPlan read_plan = {
 	.sql = "SELECT capacity, refill_rate, deficit, updated_at, paused_until, memory,"
-	" pg_catalog.octet_length(template) FROM %1$s.tb_buckets"
+	" pg_catalog.octet_length(template), xmin FROM %1$s.tb_buckets"
 	" WHERE name OPERATOR(pg_catalog.=) $1",
 	.nargs = 1, .argtypes = {TEXTOID}
 };
 
 /* The longest template prefix of $1; the partial index holds templates. */
 static KeptPlan template_plan = {
-	.sql = "SELECT capacity, refill_rate, pg_catalog.octet_length(name), memory FROM %1$s.tb_buckets"
+	.sql = "SELECT capacity, refill_rate, pg_catalog.octet_length(name), memory, xmin"
+	" FROM %1$s.tb_buckets"
 	" WHERE name OPERATOR(pg_catalog.~~) '%%*'"
 	" AND pg_catalog.starts_with($1, pg_catalog.left(name, -1))"
 	" ORDER BY pg_catalog.octet_length(name) DESC LIMIT 1",
@@ -241,10 +255,13 @@ static KeptPlan memory_delete_plan = {
 /*
  * The configuration of bucket "name": its row (with the row's state), or
  * the template that would make it (the full bucket it would make at
- * "now").  Templates are never made from templates.
+ * "now").  Templates are never made from templates.  With "latest", as
+ * committed now (and as this transaction changed it), whatever the
+ * transaction's snapshot: what a memory bucket's entry is made from.
  */
 ConfigSource
-catalog_find(Oid relid, text *name, TimestampTz now, BucketConfig *config)
+catalog_find(Oid relid, text *name, TimestampTz now, bool latest,
+			 BucketConfig *config)
 {
 	Datum		args[1] = {PointerGetDatum(name)};
 	HeapTuple	tuple;
@@ -252,18 +269,20 @@ catalog_find(Oid relid, text *name, TimestampTz now, BucketConfig *config)
 	bool		isnull;
 	Datum		template_len;
 
-	if (plan_run(&read_plan, relid, args, NULL) == 1)
+	if (run(&read_plan, relid, args, NULL, latest) == 1)
 	{
 		tuple = SPI_tuptable->vals[0];
 		desc = SPI_tuptable->tupdesc;
 		config->memory = DatumGetBool(SPI_getbinval(tuple, desc, 6, &isnull));
 		template_len = SPI_getbinval(tuple, desc, 7, &isnull);
 		config->template_len = isnull ? 0 : DatumGetInt32(template_len);
+		config->mine = TransactionIdIsCurrentTransactionId(
+			DatumGetTransactionId(SPI_getbinval(tuple, desc, 8, &isnull)));
 		plan_read_bucket(&config->bucket);
 		return config->source = CONFIG_ROW;
 	}
 	if (VARSIZE_ANY_EXHDR(name) == 0 || is_template_name(name) ||
-		plan_run(&template_plan, relid, args, NULL) == 0)
+		run(&template_plan, relid, args, NULL, latest) == 0)
 		return config->source = CONFIG_NONE;
 
 	tuple = SPI_tuptable->vals[0];
@@ -275,6 +294,8 @@ catalog_find(Oid relid, text *name, TimestampTz now, BucketConfig *config)
 	config->bucket.paused_until = DT_NOBEGIN;
 	config->template_len = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
 	config->memory = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
+	config->mine = TransactionIdIsCurrentTransactionId(
+		DatumGetTransactionId(SPI_getbinval(tuple, desc, 5, &isnull)));
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = NULL;
 	return config->source = CONFIG_TEMPLATE;

@@ -61,10 +61,11 @@ typedef struct BucketConfig
 	Bucket		bucket;			/* its row's state, or the full bucket its
 								 * template makes */
 	int			template_len;	/* the length of its template's name, 0: none */
+	bool		mine;			/* written by this transaction, uncommitted */
 } BucketConfig;
 
 extern ConfigSource catalog_find(Oid relid, text *name, TimestampTz now,
-								 BucketConfig *config);
+								 bool latest, BucketConfig *config);
 extern bool catalog_insert(Oid relid, text *name, double capacity,
 						   double refill_rate, bool memory, TimestampTz now);
 extern bool catalog_set_memory_settings(Oid relid, text *name, double capacity,

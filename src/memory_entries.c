@@ -1,22 +1,47 @@
 /*-------------------------------------------------------------------------
  *
  * memory_entries.c
- *	  The memory store's entries: a fixed-size shared hash of bucket
- *	  states, keyed by database, tb_buckets table and name, and what is
- *	  true of a bucket that has none.
+ *	  The memory store's entries: a fixed-size, partitioned shared hash of
+ *	  bucket states, keyed by database, tb_buckets table and name, their
+ *	  room, and what is true of a bucket that has none.
+ *
+ * The hash is split into MEMORY_PARTITIONS partitions, each with its own
+ * LWLock, as PostgreSQL's lock table is: a call on one bucket holds its
+ * partition's lock shared (the state under the entry's spinlock), and
+ * making or removing an entry holds only that partition's lock
+ * exclusively.  Changes of configuration that touch many entries at
+ * commit (a template altered or dropped, a TRUNCATE, DROP EXTENSION) take
+ * every partition's lock.
+ *
+ * Room.  Named memory buckets are never removed to make room: an entry is
+ * set aside for one when it is made (tb_create), and it stays until it is
+ * dropped.  Keys made from templates share the rest: one template's keys
+ * take at most tokenbucket.max_template_keys entries, and all templates'
+ * together never the last tenth of tokenbucket.max_memory_buckets, which
+ * is kept for named buckets.  When a template's share (or the hash) is
+ * full, a new key reuses an idle key's entry: the clock sweeps a few
+ * partitions at a time (without waiting for a busy one), giving every
+ * entry used since it last passed a second chance, and takes the first
+ * template key that is full, not paused and not held by an open
+ * transaction.  A call that finds none in its sweep is refused (53200);
+ * the clock goes on from there at the next.  So a flood of new keys costs
+ * each of its calls a bounded sweep, and other calls nothing but the
+ * partition locks it takes one at a time.
  *
  * An absent entry stands for a bucket that was empty at "empty_at": the
  * moment this server came back from a crash, a failover, or a start
  * without the file a clean shutdown writes.  An entry is made from that
  * rule on first use, so no bucket, not even one first made from a
  * template after the crash, can grant what it granted before.  Only an
- * entry that the rule would make again exactly (full, not paused, nobody
- * waiting on it or holding changes to undo) is ever removed to make room.
+ * entry that is full is ever removed to make room.
  *
  * A clean shutdown writes every entry to a file (shmem.c's StateFile),
- * read back and removed at the next start, as pg_stat_statements does.  A
- * file that is corrupt, from another cluster, or left by a shutdown that
- * was not clean is ignored: the buckets start empty.
+ * read back and removed at the next start, as pg_stat_statements does.
+ * A file that is corrupt, from another cluster, or left by a shutdown that
+ * was not clean is ignored: the buckets start empty.  So does a start
+ * without a file when a marker file says memory buckets were used here
+ * before (a save that failed, a file removed): only the first start with
+ * the library, when no bucket can have granted anything, starts them full.
  *
  * src/memory_entries.c
  *
@@ -24,36 +49,130 @@
  */
 #include "postgres.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "access/xlog.h"
 #include "catalog/pg_control.h"
 #include "common.h"
 #include "common/controldata_utils.h"
-#include "funcapi.h"
+#include "common/hashfn.h"
 #include "memory_entries.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/fd.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
-/* the state file a clean shutdown writes */
+/* the state file a clean shutdown writes, and the marker of use */
 #define STATE_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/tokenbucket.buckets"
+#define MARKER_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/tokenbucket.used"
 #define STATE_MAGIC		0x74624D31	/* "tbM1" */
-#define STATE_FORMAT	1
+#define STATE_FORMAT	2		/* 1: template lengths without the '*' */
 
-/* removed at once when the hash is full: 5% of it, as pg_stat_statements */
-#define EVICT_FRACTION	0.05
+/* the clock: partitions looked in per call, entries per partition */
+#define CLOCK_PARTITIONS	8
+#define CLOCK_ENTRIES		32
 
-/* GUC */
+/* GUCs */
 int			max_memory_buckets = 10000;
+static int	max_template_keys = 0;	/* 0: a quarter of max_memory_buckets */
 
 /* in every process */
 MemoryShared *memory_shared = NULL;
-HTAB	   *memory_hash = NULL;
+static HTAB *memory_hash = NULL;
+static HTAB *template_hash = NULL;
 static bool timeline_checked = false;
-static bool state_file_seen = false;	/* the postmaster found a state file */
+static bool loading = false;	/* the postmaster reads the state file */
+
+/* hash_search() support for MemoryKey */
+static uint32
+memory_key_hash(const void *key, Size keysize)
+{
+	const MemoryKey *k = key;
+
+	return shared_key_hash(&k->name, sizeof(SharedKey)) ^ (k->provisional ? 0x9e3779b9 : 0);
+}
+
+/* hash_search() support for MemoryKey: 0 when the keys are equal. */
+static int
+memory_key_match(const void *key1, const void *key2, Size keysize)
+{
+	const MemoryKey *a = key1;
+	const MemoryKey *b = key2;
+
+	return a->provisional != b->provisional ||
+		shared_key_match(&a->name, &b->name, sizeof(SharedKey));
+}
+
+/* The key of "name" in installation "relid" (it fits: checked before). */
+void
+memory_key(MemoryKey *key, Oid relid, const char *name, int len, bool provisional)
+{
+	memset(key, 0, sizeof(MemoryKey));
+	(void) shared_key_make(&key->name, relid, name, len);
+	key->provisional = provisional;
+}
+
+/* memory_key() for a text name; false if too long to be a memory bucket's. */
+bool
+memory_key_text(MemoryKey *key, Oid relid, text *name, bool provisional)
+{
+	if (VARSIZE_ANY_EXHDR(name) > SHARED_NAME_MAX_BYTES)
+		return false;
+	memory_key(key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name), provisional);
+	return true;
+}
+
+/* The hash code of "key", which also picks its partition. */
+uint32
+memory_hashcode(const MemoryKey *key)
+{
+	return get_hash_value(memory_hash, key);
+}
+
+/* The lock of the partition of "hashcode". */
+LWLock *
+memory_partition_lock(uint32 hashcode)
+{
+	return &memory_shared->locks[hashcode % MEMORY_PARTITIONS].lock;
+}
+
+/* The lock of the template records. */
+static LWLock *
+templates_lock(void)
+{
+	return &memory_shared->locks[MEMORY_PARTITIONS].lock;
+}
+
+/* The most keys one template may have. */
+static uint32
+template_cap(void)
+{
+	return max_template_keys > 0 ? max_template_keys : Max(1, max_memory_buckets / 4);
+}
+
+/* The most keys all templates together may have: all but the named room. */
+static uint32
+all_templates_cap(void)
+{
+	return Max(1, max_memory_buckets - (max_memory_buckets + 9) / 10);
+}
+
+/* Add one to "counter" if it is below "cap"; false if it is not. */
+static bool
+reserve(pg_atomic_uint32 *counter, uint32 cap)
+{
+	uint32		value = pg_atomic_read_u32(counter);
+
+	while (value < cap)
+		if (pg_atomic_compare_exchange_u32(counter, &value, value + 1))
+			return true;
+	return false;
+}
 
 /*
  * The bucket an absent entry stands for, with the given settings: empty at
@@ -78,39 +197,482 @@ memory_absent_state(const Bucket *settings, TimestampTz now)
 	return bucket;
 }
 
-/* Remove every entry (the caller holds the lock exclusively). */
-static void
-remove_all(void)
+/* Take every partition's lock (and the templates'), in order. */
+void
+memory_lock_all(LWLockMode mode)
 {
-	HASH_SEQ_STATUS status;
-	MemoryEntry *entry;
-
-	hash_seq_init(&status, memory_hash);
-	while ((entry = hash_seq_search(&status)) != NULL)
-		hash_search(memory_hash, &entry->key, HASH_REMOVE, NULL);
+	for (int i = 0; i <= MEMORY_PARTITIONS; i++)
+		LWLockAcquire(&memory_shared->locks[i].lock, mode);
 }
 
-/* SharedArea shutdown: write the entries to the state file. */
+/* Release what memory_lock_all() took. */
+void
+memory_unlock_all(void)
+{
+	for (int i = MEMORY_PARTITIONS; i >= 0; i--)
+		LWLockRelease(&memory_shared->locks[i].lock);
+}
+
+/*
+ * The record of the template "name" (its prefix, "len" bytes, no '*') of
+ * installation "relid", made if it has none; NULL when there is no room
+ * for another.  The caller holds no template lock.
+ */
+static MemoryTemplate *
+template_get(Oid relid, const char *name, int len)
+{
+	SharedKey	key;
+	MemoryTemplate *template;
+	bool		found;
+
+	memset(&key, 0, sizeof(key));
+	(void) shared_key_make(&key, relid, name, len);
+	LWLockAcquire(templates_lock(), LW_SHARED);
+	template = hash_search(template_hash, &key, HASH_FIND, NULL);
+	LWLockRelease(templates_lock());
+	if (template != NULL)
+		return template;
+	LWLockAcquire(templates_lock(), LW_EXCLUSIVE);
+	template = hash_search(template_hash, &key, HASH_ENTER_NULL, &found);
+	if (template != NULL && !found)
+	{
+		pg_atomic_init_u32(&template->nkeys, 0);
+		memory_shared->prefix_lengths[len / 64] |= UINT64CONST(1) << (len % 64);
+	}
+	LWLockRelease(templates_lock());
+	return template;
+}
+
+/*
+ * Whether "key" has an entry, or a template with keys has a prefix of it:
+ * whether a memory bucket of that name may exist.
+ */
+bool
+memory_covered(const MemoryKey *key)
+{
+	uint32		hashcode = memory_hashcode(key);
+	LWLock	   *lock = memory_partition_lock(hashcode);
+	bool		covered;
+
+	LWLockAcquire(lock, LW_SHARED);
+	covered = memory_find(key, hashcode) != NULL;
+	LWLockRelease(lock);
+	LWLockAcquire(templates_lock(), LW_SHARED);
+	for (int len = 0; len <= key->name.len && !covered; len++)
+		if (memory_shared->prefix_lengths[len / 64] & (UINT64CONST(1) << (len % 64)))
+		{
+			SharedKey	prefix;
+
+			memset(&prefix, 0, sizeof(prefix));
+			(void) shared_key_make(&prefix, key->name.relid, key->name.name, len);
+			covered = hash_search(template_hash, &prefix, HASH_FIND, NULL) != NULL;
+		}
+	LWLockRelease(templates_lock());
+	return covered;
+}
+
+/*
+ * Forget the template records of installation "relid" of database "dbid"
+ * (InvalidOid: of every installation of it) whose prefix is "name" ("len"
+ * bytes; -1: every one).  The caller holds every lock (memory_lock_all()),
+ * and has removed their keys.
+ */
+static void
+templates_forget(Oid dbid, Oid relid, const char *name, int len)
+{
+	HASH_SEQ_STATUS status;
+	MemoryTemplate *template;
+
+	hash_seq_init(&status, template_hash);
+	while ((template = hash_seq_search(&status)) != NULL)
+		if (template->key.dbid == dbid &&
+			(relid == InvalidOid || template->key.relid == relid) &&
+			(len < 0 || (template->key.len == len &&
+						 memcmp(template->key.name, name, len) == 0)))
+			hash_search(template_hash, &template->key, HASH_REMOVE, NULL);
+}
+
+/* The entry of "key" (the caller holds its partition's lock), or NULL. */
+MemoryEntry *
+memory_find(const MemoryKey *key, uint32 hashcode)
+{
+	return hash_search_with_hash_value(memory_hash, key, hashcode, HASH_FIND, NULL);
+}
+
+/* The length of the name of the entry's template (with its '*'), 0: none. */
+int
+memory_template_name_len(const MemoryEntry *entry)
+{
+	return entry->template ? entry->template->key.len + 1 : 0;
+}
+
+/*
+ * Remove "entry" (the caller holds its partition's lock exclusively) and
+ * give its room back.
+ */
+void
+memory_remove_entry(MemoryEntry *entry)
+{
+	MemoryPartition *partition = &memory_shared->partitions[entry->hashcode % MEMORY_PARTITIONS];
+
+	if (partition->hand == entry)
+		partition->hand = entry->next;
+	if (entry->prev)
+		entry->prev->next = entry->next;
+	else
+		partition->head = entry->next;
+	if (entry->next)
+		entry->next->prev = entry->prev;
+	if (entry->template != NULL)
+	{
+		pg_atomic_fetch_sub_u32(&entry->template->nkeys, 1);
+		pg_atomic_fetch_sub_u32(&memory_shared->template_keys, 1);
+	}
+	hash_search_with_hash_value(memory_hash, &entry->key, entry->hashcode,
+								HASH_REMOVE, NULL);
+}
+
+/* Put a new entry at the head of its partition's list. */
+static void
+link_entry(MemoryEntry *entry)
+{
+	MemoryPartition *partition = &memory_shared->partitions[entry->hashcode % MEMORY_PARTITIONS];
+
+	entry->prev = NULL;
+	entry->next = partition->head;
+	if (partition->head)
+		partition->head->prev = entry;
+	partition->head = entry;
+}
+
+/* Set up a new entry's fields, in "state". */
+static void
+init_entry(MemoryEntry *entry, uint32 hashcode, MemoryTemplate *template,
+		   const Bucket *state, TransactionId owner)
+{
+	entry->hashcode = hashcode;
+	entry->serial = pg_atomic_fetch_add_u64(&memory_shared->serials, 1);
+	entry->template = template;
+	entry->owner = owner;
+	entry->used = true;
+	SpinLockInit(&entry->mutex);
+	entry->waiter = -1;
+	entry->pins = 0;
+	entry->bucket = *state;
+	link_entry(entry);
+}
+
+/*
+ * Whether an entry may be removed at "now" with nothing any caller could
+ * tell: full, not paused, nobody holding changes to undo, committed.  With
+ * "exactly", also one the absent rule would make again as it is (after a
+ * crash, a bucket made anew is empty at first: stricter, never looser).
+ * The caller holds the entry's partition's lock exclusively, which no
+ * spinlock holder can be without.
+ */
+bool
+memory_evictable(MemoryEntry *entry, TimestampTz now, bool exactly)
+{
+	Bucket		absent = memory_absent_state(&entry->bucket, now);
+
+	return entry->pins == 0 && !entry->key.provisional &&
+		entry->bucket.paused_until <= now &&
+		bucket_deficit_at(&entry->bucket, now) == 0 &&
+		(!exactly || bucket_deficit_at(&absent, now) == 0);
+}
+
+/*
+ * The clock: remove one idle key of "template" (NULL: of any template)
+ * for room.  False when the few partitions it looks in this time hold
+ * none (or are busy).  The caller holds no partition lock.
+ */
+static bool
+evict_one(MemoryTemplate *template, TimestampTz now)
+{
+	for (int i = 0; i < CLOCK_PARTITIONS; i++)
+	{
+		uint32		p = pg_atomic_fetch_add_u32(&memory_shared->clock, 1) % MEMORY_PARTITIONS;
+		LWLock	   *lock = &memory_shared->locks[p].lock;
+		MemoryPartition *partition = &memory_shared->partitions[p];
+		bool		evicted = false;
+
+		if (partition->head == NULL || !LWLockConditionalAcquire(lock, LW_EXCLUSIVE))
+			continue;
+		for (int n = 0; n < CLOCK_ENTRIES && partition->head != NULL && !evicted; n++)
+		{
+			MemoryEntry *entry = partition->hand ? partition->hand : partition->head;
+
+			partition->hand = entry->next;
+			if (entry->template == NULL || (template && entry->template != template))
+				continue;		/* named buckets are never taken */
+			if (entry->used)
+			{
+				entry->used = false;	/* a second chance */
+				continue;
+			}
+			if (memory_evictable(entry, now, false))
+			{
+				memory_remove_entry(entry);
+				evicted = true;
+			}
+		}
+		LWLockRelease(lock);
+		if (evicted)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The error for a new bucket there is no room for ("template": the one it
+ * is made from, or NULL: a named bucket).
+ */
+static void
+report_no_room(const MemoryKey *key, MemoryTemplate *template)
+{
+	char	   *name = pnstrdup(key->name.name, key->name.len);
+
+	if (template == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("no room for memory token bucket \"%s\"", name),
+				 errdetail("All %d memory buckets are in use, and no key made from a template is full and idle.",
+						   max_memory_buckets),
+				 errhint("Raise tokenbucket.max_memory_buckets in postgresql.conf and restart the server, or drop memory buckets no longer needed.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_OUT_OF_MEMORY),
+			 errmsg("no room for memory token bucket \"%s\"", name),
+			 errdetail("Its template \"%.*s*\" has %u keys, or all templates together %u, and none of them is full and idle.",
+					   template->key.len, template->key.name,
+					   pg_atomic_read_u32(&template->nkeys),
+					   pg_atomic_read_u32(&memory_shared->template_keys)),
+			 errhint("Raise tokenbucket.max_template_keys (at most %u keys per template now) or tokenbucket.max_memory_buckets, or wait for keys to refill.",
+					 template_cap())));
+}
+
+/*
+ * One try of memory_make_entry(): ENTRY_NO_ROOM when there is no room
+ * (*from: the template whose key must go; NULL: any template's).
+ */
+static EntryMade
+try_make(const MemoryKey *key, uint32 hashcode, MemoryTemplate *template,
+		 const Bucket *state, TransactionId owner, uint64 generation,
+		 MemoryEntry **made, MemoryTemplate **from)
+{
+	LWLock	   *lock = memory_partition_lock(hashcode);
+	MemoryEntry *entry;
+	bool		found;
+
+	LWLockAcquire(lock, LW_SHARED);
+	found = memory_find(key, hashcode) != NULL;
+	LWLockRelease(lock);
+	if (found)
+		return ENTRY_EXISTS;
+
+	/* a key needs room in its template's share, and in all templates' */
+	/* (what a clean shutdown saved comes back whatever the limits now) */
+	*from = template;
+	if (template != NULL && !reserve(&template->nkeys, loading ? PG_UINT32_MAX : template_cap()))
+		return ENTRY_NO_ROOM;
+	*from = NULL;
+	if (template != NULL &&
+		!reserve(&memory_shared->template_keys, loading ? PG_UINT32_MAX : all_templates_cap()))
+	{
+		pg_atomic_fetch_sub_u32(&template->nkeys, 1);
+		return ENTRY_NO_ROOM;
+	}
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	entry = NULL;
+	found = false;
+	if (generation == PG_UINT64_MAX ||
+		pg_atomic_read_u64(&memory_shared->changes) == generation)
+		entry = hash_search_with_hash_value(memory_hash, key, hashcode,
+											HASH_ENTER_NULL, &found);
+	if (entry != NULL && !found)
+		init_entry(entry, hashcode, template, state, owner);
+	LWLockRelease(lock);
+	if (entry != NULL && !found)
+	{
+		*made = entry;
+		return ENTRY_MADE;
+	}
+
+	/* not made: give the room back */
+	if (template != NULL)
+	{
+		pg_atomic_fetch_sub_u32(&template->nkeys, 1);
+		pg_atomic_fetch_sub_u32(&memory_shared->template_keys, 1);
+	}
+	if (found)
+		return ENTRY_EXISTS;
+	return entry == NULL && generation != PG_UINT64_MAX &&
+		pg_atomic_read_u64(&memory_shared->changes) != generation ?
+		ENTRY_STALE : ENTRY_NO_ROOM;
+}
+
+/*
+ * Make the entry of "key" in "state": from its template (its first
+ * "template_len" - 1 bytes, then '*') or, with 0, named; a provisional one
+ * owned by "owner".  Unless "generation" is PG_UINT64_MAX, nothing is made
+ * if settings changes were applied since it was read (ENTRY_STALE).  When
+ * there is no room even after the clock's sweep, fail (with "report") or
+ * return ENTRY_NO_ROOM.  *made is the new entry (the caller may change it
+ * only under its partition's lock).
+ */
+EntryMade
+memory_make_entry(const MemoryKey *key, int template_len, const Bucket *state,
+				  TransactionId owner, uint64 generation, bool report,
+				  MemoryEntry **made)
+{
+	uint32		hashcode = memory_hashcode(key);
+	MemoryTemplate *template = NULL;
+	MemoryTemplate *from = NULL;
+	TimestampTz now = GetCurrentTimestamp();
+
+	*made = NULL;
+	if (template_len > 0)
+	{
+		template = template_get(key->name.relid, key->name.name, template_len - 1);
+		if (template == NULL)
+		{
+			if (!report)
+				return ENTRY_NO_ROOM;
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("no room for memory token bucket \"%.*s\"",
+							key->name.len, key->name.name),
+					 errdetail("%d memory templates have keys already.", MEMORY_TEMPLATES),
+					 errhint("Drop memory templates no longer needed.")));
+		}
+	}
+	for (int attempt = 0; attempt < 4; attempt++)
+	{
+		EntryMade	result = try_make(key, hashcode, template, state, owner,
+									  generation, made, &from);
+
+		if (result != ENTRY_NO_ROOM)
+			return result;
+		/* reuse an idle key's entry, and try again */
+		if (!evict_one(from, now))
+			break;
+	}
+	if (report)
+		report_no_room(key, template);
+	return ENTRY_NO_ROOM;
+}
+
+/*
+ * Give "entry" a new key (a provisional entry becoming its bucket's
+ * committed one), keeping everything else; false when that key has an
+ * entry already.  The caller holds every lock (memory_lock_all()).
+ */
+bool
+memory_rekey(MemoryEntry *entry, const MemoryKey *key)
+{
+	uint32		hashcode = memory_hashcode(key);
+	MemoryEntry copy = *entry;
+	MemoryEntry *moved;
+	bool		found;
+
+	if (memory_find(key, hashcode) != NULL)
+		return false;
+	/* out of the hash and its list; its room stays taken */
+	if (entry->template != NULL)
+	{
+		pg_atomic_fetch_add_u32(&entry->template->nkeys, 1);
+		pg_atomic_fetch_add_u32(&memory_shared->template_keys, 1);
+	}
+	memory_remove_entry(entry);
+	moved = hash_search_with_hash_value(memory_hash, key, hashcode, HASH_ENTER, &found);
+	moved->hashcode = hashcode;
+	moved->serial = copy.serial;
+	moved->template = copy.template;
+	moved->owner = InvalidTransactionId;
+	moved->used = true;
+	SpinLockInit(&moved->mutex);
+	moved->waiter = copy.waiter;
+	moved->pins = copy.pins;
+	moved->bucket = copy.bucket;
+	link_entry(moved);
+	return true;
+}
+
+/*
+ * Remove every entry of database "dbid" (with "relid" valid: of that
+ * installation; with "name" too: made from the template of that prefix,
+ * "len" bytes) and the template records that go with them.  Provisional
+ * entries stay: their owner's commit or abort deals with them.  The
+ * caller holds every lock.
+ */
+void
+memory_remove_all(Oid dbid, Oid relid, const char *name, int len)
+{
+	for (int p = 0; p < MEMORY_PARTITIONS; p++)
+	{
+		MemoryEntry *entry = memory_shared->partitions[p].head;
+
+		while (entry != NULL)
+		{
+			MemoryEntry *next = entry->next;
+
+			if (entry->key.name.dbid == dbid && !entry->key.provisional &&
+				(relid == InvalidOid || entry->key.name.relid == relid) &&
+				(name == NULL || (entry->template != NULL &&
+								  entry->template->key.len == len &&
+								  memcmp(entry->template->key.name, name, len) == 0)))
+			{
+				memory_wake(entry->waiter);
+				memory_remove_entry(entry);
+			}
+			entry = next;
+		}
+	}
+	templates_forget(dbid, relid, name, name ? len : -1);
+}
+
+/* Remove everything (the caller holds every lock). */
+static void
+remove_every_entry(void)
+{
+	HASH_SEQ_STATUS status;
+	MemoryTemplate *template;
+
+	for (int p = 0; p < MEMORY_PARTITIONS; p++)
+		while (memory_shared->partitions[p].head != NULL)
+			memory_remove_entry(memory_shared->partitions[p].head);
+	hash_seq_init(&status, template_hash);
+	while ((template = hash_seq_search(&status)) != NULL)
+		hash_search(template_hash, &template->key, HASH_REMOVE, NULL);
+}
+
+/* SharedArea shutdown: write the committed entries to the state file. */
 static void
 save_state(void)
 {
 	StateFile	sf;
-	HASH_SEQ_STATUS status;
-	MemoryEntry *entry;
-	int64		count = hash_get_num_entries(memory_hash);
+	int64		count = 0;
 
-	if (!state_save_begin(&sf, STATE_FILE, STATE_MAGIC, STATE_FORMAT))
+	if (memory_shared->unusable ||
+		!state_save_begin(&sf, STATE_FILE, STATE_MAGIC, STATE_FORMAT))
 		return;
+	for (int p = 0; p < MEMORY_PARTITIONS; p++)
+		for (MemoryEntry *entry = memory_shared->partitions[p].head; entry; entry = entry->next)
+			count += !entry->key.provisional;
 	state_save(&sf, &memory_shared->empty_at, sizeof(TimestampTz));
 	state_save(&sf, &memory_shared->timeline, sizeof(TimeLineID));
 	state_save(&sf, &count, sizeof(count));
-	hash_seq_init(&status, memory_hash);
-	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		state_save(&sf, &entry->key, offsetof(SharedKey, name) + entry->key.len);
-		state_save(&sf, &entry->template_len, sizeof(uint16));
-		state_save(&sf, &entry->bucket, sizeof(Bucket));
-	}
+	for (int p = 0; p < MEMORY_PARTITIONS; p++)
+		for (MemoryEntry *entry = memory_shared->partitions[p].head; entry; entry = entry->next)
+		{
+			uint16		template_len = memory_template_name_len(entry);
+
+			if (entry->key.provisional)
+				continue;
+			state_save(&sf, &entry->key.name, offsetof(SharedKey, name) + entry->key.name.len);
+			state_save(&sf, &template_len, sizeof(uint16));
+			state_save(&sf, &entry->bucket, sizeof(Bucket));
+		}
 	(void) state_save_end(&sf);
 }
 
@@ -118,9 +680,10 @@ save_state(void)
  * Read the state file a clean shutdown wrote, if any, and remove it.  True
  * when the entries and empty_at now hold what was saved; false (after a
  * LOG line when there was a file) when the buckets must start empty.
+ * *existed: there was a file.
  */
 static bool
-load_state(void)
+load_state(bool *existed)
 {
 	StateFile	sf;
 	int64		count;
@@ -128,7 +691,7 @@ load_state(void)
 	TimeLineID	timeline;
 
 	if (!state_load_begin(&sf, STATE_FILE, STATE_MAGIC, STATE_FORMAT,
-						  "Every memory token bucket starts empty.", &state_file_seen))
+						  "Every memory token bucket starts empty.", existed))
 		return false;
 	if (state_load(&sf, &empty_at, sizeof(empty_at)) &&
 		state_load(&sf, &timeline, sizeof(timeline)) &&
@@ -141,32 +704,33 @@ load_state(void)
 		}
 		for (int64 i = 0; i < count; i++)
 		{
-			SharedKey	key;
+			MemoryKey	key;
 			uint16		template_len;
 			Bucket		bucket;
 			MemoryEntry *entry;
 
-			if (!state_load(&sf, &key, offsetof(SharedKey, name)) ||
-				key.len > SHARED_NAME_MAX_BYTES ||
-				!state_load(&sf, key.name, key.len) ||
+			memset(&key, 0, sizeof(key));
+			if (!state_load(&sf, &key.name, offsetof(SharedKey, name)) ||
+				key.name.len > SHARED_NAME_MAX_BYTES ||
+				!state_load(&sf, key.name.name, key.name.len) ||
 				!state_load(&sf, &template_len, sizeof(template_len)) ||
 				!state_load(&sf, &bucket, sizeof(bucket)))
+				break;
+			/* format 1 counted a template's length without its '*' */
+			if (sf.format == 1 && template_len > 0)
+				template_len++;
+			if (template_len > key.name.len + 1 ||
+				memory_make_entry(&key, template_len, &bucket, InvalidTransactionId,
+								  PG_UINT64_MAX, false, &entry) != ENTRY_MADE)
 			{
 				sf.failed = true;
 				break;
 			}
-			entry = hash_search(memory_hash, &key, HASH_ENTER, NULL);
-			entry->serial = pg_atomic_fetch_add_u64(&memory_shared->serials, 1);
-			entry->template_len = template_len;
-			SpinLockInit(&entry->mutex);
-			entry->waiter = -1;
-			entry->pins = 0;
-			entry->bucket = bucket;
 		}
 	}
 	if (!state_load_end(&sf))
 	{
-		remove_all();
+		remove_every_entry();
 		return false;
 	}
 	memory_shared->empty_at = empty_at;
@@ -175,38 +739,110 @@ load_state(void)
 }
 
 /*
- * SharedArea attach: remember where the store is, and in the postmaster
- * set it up: the state a clean shutdown saved, or every bucket empty now.
+ * Make sure the marker file exists: from now on, a start without a state
+ * file is not the first with the library, and starts the buckets empty.
+ * False (after a LOG line) when it cannot be made.
  */
-static void
-memory_attach(void *state, HTAB *area_hash, LWLockPadded *locks, bool first)
+static bool
+mark_used(void)
 {
-	memory_shared = state;
-	memory_hash = area_hash;
-	if (!first)
-		return;
-	memory_shared->lock = &locks[0].lock;
+	int			fd;
+
+	if (access(MARKER_FILE, F_OK) == 0)
+		return true;
+	fd = OpenTransientFile(MARKER_FILE, O_CREAT | O_WRONLY | PG_BINARY);
+	if (fd < 0 || pg_fsync(fd) != 0 || CloseTransientFile(fd) != 0)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not create file \"%s\": %m", MARKER_FILE),
+				 errdetail("Memory token buckets cannot be used until the server is restarted with that file writable.")));
+		return false;
+	}
+	fsync_fname(PGSTAT_STAT_PERMANENT_DIRECTORY, true);
+	return true;
+}
+
+/* SharedArea startup, in the postmaster: the saved state, or the absent rule. */
+static void
+memory_startup(void)
+{
+	bool		crc_ok;
+	ControlFileData *control = get_controlfile(DataDir, &crc_ok);
+	bool		used_before = access(MARKER_FILE, F_OK) == 0;
+	bool		existed;
+
 	memory_shared->empty_at = DT_NOBEGIN;
 	memory_shared->timeline = 0;
+	memory_shared->unusable = false;
+	loading = true;
+	if (!load_state(&existed))
+	{
+		/*
+		 * Only the first start with the library (no marker, no file) starts
+		 * the buckets full: nothing can have been granted before.  Any
+		 * other start without a file to trust (a crash, a save that
+		 * failed, a file removed) starts them empty.
+		 */
+		if (used_before && !existed)
+			ereport(LOG,
+					(errmsg("file \"%s\" not found: memory token buckets start empty",
+							STATE_FILE),
+					 errdetail("Memory buckets were used here before, and the last shutdown did not save their state (a crash, or a save that failed).")));
+		memory_shared->empty_at = used_before || existed ? GetCurrentTimestamp() : DT_NOBEGIN;
+		memory_shared->timeline = control->checkPointCopy.ThisTimeLineID;
+	}
+	loading = false;
+	memory_shared->unusable = !mark_used();
+}
+
+/* Shared memory the store needs. */
+static Size
+memory_shmem_size(void)
+{
+	return add_size(add_size(MAXALIGN(sizeof(MemoryShared)),
+							 shmem_hash_size(max_memory_buckets, sizeof(MemoryEntry))),
+					shmem_hash_size(MEMORY_TEMPLATES, sizeof(MemoryTemplate)));
+}
+
+/* Its locks: a partition's each, and the templates'. */
+static int
+memory_shmem_locks(void)
+{
+	return MEMORY_PARTITIONS + 1;
+}
+
+/* SharedArea attach: the struct and the hashes, made the first time. */
+static void
+memory_attach(LWLockPadded *locks)
+{
+	bool		found;
+
+	memory_shared = shmem_struct("tokenbucket", sizeof(MemoryShared), &found);
+	memory_hash = shmem_hash("tokenbucket buckets", max_memory_buckets,
+							 sizeof(MemoryKey), sizeof(MemoryEntry),
+							 memory_key_hash, memory_key_match, MEMORY_PARTITIONS);
+	template_hash = shmem_hash("tokenbucket templates", MEMORY_TEMPLATES,
+							   sizeof(SharedKey), sizeof(MemoryTemplate),
+							   shared_key_hash, shared_key_match, 0);
+	if (found)
+		return;
+	memset(memory_shared, 0, sizeof(MemoryShared));
+	memory_shared->locks = locks;
 	pg_atomic_init_u64(&memory_shared->changes, 0);
 	pg_atomic_init_u64(&memory_shared->serials, 1);
-	{
-		bool		crc_ok;
-		ControlFileData *control = get_controlfile(DataDir, &crc_ok);
-
-		/*
-		 * Without a file, a clean shutdown means the library was not
-		 * preloaded before (no memory bucket could be used): they are full.
-		 * Otherwise (a crash, a file not to be trusted) they start empty.
-		 */
-		if (!load_state())
-		{
-			memory_shared->empty_at = control->state == DB_SHUTDOWNED && !state_file_seen ?
-				DT_NOBEGIN : GetCurrentTimestamp();
-			memory_shared->timeline = control->checkPointCopy.ThisTimeLineID;
-		}
-	}
+	pg_atomic_init_u32(&memory_shared->template_keys, 0);
+	pg_atomic_init_u32(&memory_shared->clock, 0);
 }
+
+static const SharedArea memory_area = {
+	.name = "tokenbucket",
+	.size = memory_shmem_size,
+	.nlocks = memory_shmem_locks,
+	.attach = memory_attach,
+	.startup = memory_startup,
+	.shutdown = save_state,
+};
 
 /* The timeline this primary writes on. */
 static TimeLineID
@@ -220,10 +856,11 @@ current_timeline(void)
 }
 
 /*
- * Fail unless memory buckets can be used here: the library preloaded, and
- * this server a primary.  The first time a backend gets past this, it
- * makes sure the store belongs to the timeline the server writes on: after
- * a promotion it does not, and every bucket then starts empty.
+ * Fail unless memory buckets can be used here: the library preloaded, its
+ * marker file written, and this server a primary.  The first time a
+ * backend gets past this, it makes sure the store belongs to the timeline
+ * the server writes on: after a promotion it does not, and every bucket
+ * then starts empty.
  */
 void
 memory_require(void)
@@ -234,6 +871,14 @@ memory_require(void)
 				 errmsg("memory token buckets need tokenbucket in shared_preload_libraries"),
 				 errdetail("Their tokens live in shared memory, which is set aside when the server starts."),
 				 errhint("Add shared_preload_libraries = 'tokenbucket' to postgresql.conf and restart the server.")));
+	if (memory_shared->unusable)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("memory token buckets cannot be used: file \"%s\" could not be written",
+						MARKER_FILE),
+				 errdetail("Without it, a later start could not tell that memory buckets granted tokens here."),
+				 errhint("Make the directory %s writable by the server and restart it; the server log says why it failed.",
+						 PGSTAT_STAT_PERMANENT_DIRECTORY)));
 	if (RecoveryInProgress())
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
@@ -243,21 +888,17 @@ memory_require(void)
 	if (!timeline_checked)
 	{
 		TimeLineID	timeline = current_timeline();
-		bool		same;
 
-		LWLockAcquire(memory_shared->lock, LW_SHARED);
-		same = memory_shared->timeline == timeline;
-		LWLockRelease(memory_shared->lock);
-		if (!same)
+		if (memory_shared->timeline != timeline)
 		{
-			LWLockAcquire(memory_shared->lock, LW_EXCLUSIVE);
+			memory_lock_all(LW_EXCLUSIVE);
 			if (memory_shared->timeline != timeline)
 			{
-				remove_all();
+				remove_every_entry();
 				memory_shared->empty_at = GetCurrentTimestamp();
 				memory_shared->timeline = timeline;
 			}
-			LWLockRelease(memory_shared->lock);
+			memory_unlock_all();
 		}
 		timeline_checked = true;
 	}
@@ -285,136 +926,111 @@ memory_wake(int waiter)
 		SetLatch(&GetPGProcByNumber(waiter)->procLatch);
 }
 
-/* The length of the name of the entry's template (with its '*'), 0: none. */
-int
-memory_template_name_len(const MemoryEntry *entry)
+/* One row of memory_list(), copied out under its partition's lock. */
+typedef struct ListedEntry
 {
-	return entry->template_len > 0 ? entry->template_len + 1 : 0;
-}
-
-/* The entry of "key" (the caller holds the lock), or NULL. */
-MemoryEntry *
-memory_find(const SharedKey *key)
-{
-	return hash_search(memory_hash, key, HASH_FIND, NULL);
-}
+	SharedKey	name;
+	int			template_len;
+	Bucket		bucket;
+} ListedEntry;
 
 /*
- * Whether an entry may be removed to make room at "now": full, not paused,
- * nobody waiting on it or holding changes to undo.  With "exactly", also
- * one the absent rule would make again as it is (after a crash, a bucket
- * made anew is empty at first: stricter, never looser).  The caller holds
- * the lock exclusively, which no spinlock holder can be without.
- */
-bool
-memory_evictable(MemoryEntry *entry, TimestampTz now, bool exactly)
-{
-	Bucket		absent = memory_absent_state(&entry->bucket, now);
-
-	return entry->waiter < 0 && entry->pins == 0 &&
-		entry->bucket.paused_until <= now &&
-		bucket_deficit_at(&entry->bucket, now) == 0 &&
-		(!exactly || bucket_deficit_at(&absent, now) == 0);
-}
-
-/*
- * Remove full idle entries for room: up to EVICT_FRACTION of the hash,
- * those the absent rule would make again exactly first.  The caller holds
- * the lock exclusively.
+ * A row per committed entry of the installation into "store", one
+ * partition at a time: no lock is held longer than a partition's copy.
  */
 void
-memory_evict(TimestampTz now)
+memory_list(Oid relid, Tuplestorestate *store, TupleDesc desc)
 {
-	long		goal = Max(1, (long) (max_memory_buckets * EVICT_FRACTION));
-	long		evicted = 0;
+	ListedEntry *rows = NULL;
+	int			maxrows = 0;
 
-	for (int pass = 0; pass < 2 && evicted == 0; pass++)
+	if (memory_shared == NULL || RecoveryInProgress())
+		return;
+	memory_require();
+	for (int p = 0; p < MEMORY_PARTITIONS; p++)
 	{
-		HASH_SEQ_STATUS status;
-		MemoryEntry *entry;
+		LWLock	   *lock = &memory_shared->locks[p].lock;
+		int			nrows = 0;
 
-		hash_seq_init(&status, memory_hash);
-		while ((entry = hash_seq_search(&status)) != NULL)
+		LWLockAcquire(lock, LW_SHARED);
+		for (MemoryEntry *entry = memory_shared->partitions[p].head; entry; entry = entry->next)
 		{
-			if (!memory_evictable(entry, now, pass == 0))
+			if (entry->key.name.dbid != MyDatabaseId || entry->key.name.relid != relid ||
+				entry->key.provisional)
 				continue;
-			hash_search(memory_hash, &entry->key, HASH_REMOVE, NULL);
-			if (++evicted >= goal)
+			if (nrows == maxrows)
 			{
-				hash_seq_term(&status);
-				break;
+				/* no allocation that could fail under the lock */
+				LWLockRelease(lock);
+				maxrows = Max(64, maxrows * 2);
+				rows = rows ? repalloc(rows, sizeof(ListedEntry) * maxrows) :
+					palloc(sizeof(ListedEntry) * maxrows);
+				nrows = 0;
+				LWLockAcquire(lock, LW_SHARED);
+				entry = memory_shared->partitions[p].head;
+				if (entry == NULL)
+					break;
+				if (entry->key.name.dbid != MyDatabaseId || entry->key.name.relid != relid ||
+					entry->key.provisional)
+					continue;
 			}
+			rows[nrows].name = entry->key.name;
+			rows[nrows].template_len = memory_template_name_len(entry);
+			SpinLockAcquire(&entry->mutex);
+			rows[nrows].bucket = entry->bucket;
+			SpinLockRelease(&entry->mutex);
+			nrows++;
+		}
+		LWLockRelease(lock);
+
+		for (int i = 0; i < nrows; i++)
+		{
+			Datum		values[7];
+			bool		nulls[7] = {0};
+			ListedEntry *row = &rows[i];
+
+			values[0] = PointerGetDatum(cstring_to_text_with_len(row->name.name, row->name.len));
+			values[1] = Float8GetDatum(row->bucket.capacity);
+			values[2] = Float8GetDatum(row->bucket.refill_rate);
+			values[3] = Float8GetDatum(row->bucket.deficit);
+			values[4] = TimestampTzGetDatum(row->bucket.updated_at);
+			values[5] = TimestampTzGetDatum(row->bucket.paused_until);
+			if (row->template_len > 0)
+			{
+				char	   *template = palloc(row->template_len);
+
+				memcpy(template, row->name.name, row->template_len - 1);
+				template[row->template_len - 1] = '*';
+				values[6] = PointerGetDatum(cstring_to_text_with_len(template, row->template_len));
+			}
+			else
+				nulls[6] = true;
+			tuplestore_putvalues(store, desc, values, nulls);
 		}
 	}
 }
 
-static const SharedArea memory_area = {
-	.name = "tokenbucket",
-	.state_size = sizeof(MemoryShared),
-	.max_entries = &max_memory_buckets,
-	.entry_size = sizeof(MemoryEntry),
-	.nlocks = 1,
-	.attach = memory_attach,
-	.shutdown = save_state,
-};
-
-/* The GUC, and the store's shared memory (the library being preloaded). */
+/* The GUCs, and the store's shared memory (the library being preloaded). */
 void
 memory_entries_init(void)
 {
 	DefineCustomIntVariable("tokenbucket.max_memory_buckets",
 							"Most memory token buckets the server keeps at once.",
 							"Each takes shared memory from the start; "
-							"full idle buckets are reused when they are all in use.",
+							"a tenth is kept for named buckets, which keys made from templates never take.",
 							&max_memory_buckets,
 							10000, 100, 100000000,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
+	DefineCustomIntVariable("tokenbucket.max_template_keys",
+							"Most keys one memory template may have at once.",
+							"0 means a quarter of tokenbucket.max_memory_buckets. "
+							"A template at its limit reuses its idle keys, or refuses new ones.",
+							&max_template_keys,
+							0, 0, 100000000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
 	shmem_register(&memory_area);
-}
-
-/* list(): a row per entry of the installation. */
-void
-memory_list(Oid relid, Tuplestorestate *store, TupleDesc desc)
-{
-	HASH_SEQ_STATUS status;
-	MemoryEntry *entry;
-
-	if (memory_shared == NULL || RecoveryInProgress())
-		return;
-	memory_require();
-	LWLockAcquire(memory_shared->lock, LW_SHARED);
-	hash_seq_init(&status, memory_hash);
-	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		Datum		values[7];
-		bool		nulls[7] = {0};
-		Bucket		bucket;
-
-		if (entry->key.dbid != MyDatabaseId || entry->key.relid != relid)
-			continue;
-		SpinLockAcquire(&entry->mutex);
-		bucket = entry->bucket;
-		SpinLockRelease(&entry->mutex);
-		values[0] = PointerGetDatum(cstring_to_text_with_len(entry->key.name, entry->key.len));
-		values[1] = Float8GetDatum(bucket.capacity);
-		values[2] = Float8GetDatum(bucket.refill_rate);
-		values[3] = Float8GetDatum(bucket.deficit);
-		values[4] = TimestampTzGetDatum(bucket.updated_at);
-		values[5] = TimestampTzGetDatum(bucket.paused_until);
-		if (entry->template_len > 0)
-		{
-			char	   *template = palloc(entry->template_len + 1);
-
-			memcpy(template, entry->key.name, entry->template_len);
-			template[entry->template_len] = '*';
-			values[6] = PointerGetDatum(cstring_to_text_with_len(template, entry->template_len + 1));
-		}
-		else
-			nulls[6] = true;
-		tuplestore_putvalues(store, desc, values, nulls);
-	}
-	LWLockRelease(memory_shared->lock);
 }
 
 PG_FUNCTION_INFO_V1(tb_memory_buckets);
@@ -427,7 +1043,7 @@ PG_FUNCTION_INFO_V1(tb_memory_buckets);
 Datum
 tb_memory_buckets(PG_FUNCTION_ARGS)
 {
-	static const char *const views[] = {"tb_status", "tb_stats", "tb_template_stats", NULL};
+	static const char *const views[] = {"tb_status", "tb_stats", NULL};
 	TupleDesc	desc;
 	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
 
@@ -447,13 +1063,8 @@ PG_FUNCTION_INFO_V1(tb_memory_empty_at);
 Datum
 tb_memory_empty_at(PG_FUNCTION_ARGS)
 {
-	TimestampTz empty_at;
-
 	if (memory_shared == NULL || RecoveryInProgress())
 		PG_RETURN_NULL();
 	memory_require();
-	LWLockAcquire(memory_shared->lock, LW_SHARED);
-	empty_at = memory_shared->empty_at;
-	LWLockRelease(memory_shared->lock);
-	PG_RETURN_TIMESTAMPTZ(empty_at);
+	PG_RETURN_TIMESTAMPTZ(memory_shared->empty_at);
 }

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * memory_entries.h
- *	  The memory store's entries: a fixed-size shared hash of bucket
- *	  states, for memory_store.c alone.
+ *	  The memory store's entries: a fixed-size, partitioned shared hash of
+ *	  bucket states, for memory_store.c alone.
  *
  * src/memory_entries.h
  *
@@ -24,41 +24,108 @@
 #define MY_PROC_NUMBER	(MyProc->pgprocno)
 #endif
 
+/* Partitions of the hash, each with its LWLock (a power of 2). */
+#define MEMORY_PARTITIONS	128
+
+/* Most memory templates with keys at once. */
+#define MEMORY_TEMPLATES	1024
+
+/*
+ * The key of an entry: a bucket's name, and whether the entry is
+ * provisional: made from configuration that its owner, a transaction in
+ * progress, wrote and has not committed.  Only the owner uses it; it
+ * becomes the bucket's committed entry if the owner commits, and is gone
+ * if it aborts.
+ */
+typedef struct MemoryKey
+{
+	SharedKey	name;
+	bool		provisional;
+} MemoryKey;
+
+/* A memory template that has keys: how many. */
+typedef struct MemoryTemplate
+{
+	SharedKey	key;			/* its name, without the '*' */
+	pg_atomic_uint32 nkeys;		/* entries made from it */
+} MemoryTemplate;
+
 /* A memory bucket. */
 typedef struct MemoryEntry
 {
-	SharedKey	key;			/* first: the hash's key */
+	MemoryKey	key;			/* first: the hash's key */
+	uint32		hashcode;		/* of the key: its partition */
 	uint64		serial;			/* new for every entry made */
-	uint16		template_len;	/* 0, or the length of its template's prefix */
+	MemoryTemplate *template;	/* what it was made from; NULL: named */
+	TransactionId owner;		/* a provisional entry's transaction */
+	struct MemoryEntry *prev;	/* its partition's list, for the clock */
+	struct MemoryEntry *next;
+	bool		used;			/* used since the clock last passed */
 	slock_t		mutex;			/* guards the fields below */
 	int			waiter;			/* proc number of the head waiter, or -1 */
 	int			pins;			/* open changes whose undo takes tokens */
 	Bucket		bucket;
 } MemoryEntry;
 
-/* Shared state besides the hash. */
+/* A partition's entries, for the clock. */
+typedef struct MemoryPartition
+{
+	MemoryEntry *head;
+	MemoryEntry *hand;			/* the entry the clock looks at next */
+} MemoryPartition;
+
+/* Shared state besides the hashes. */
 typedef struct MemoryShared
 {
-	LWLock	   *lock;			/* shared to use entries, exclusive to add or remove */
+	LWLockPadded *locks;		/* MEMORY_PARTITIONS, then the templates' */
 	TimestampTz empty_at;		/* absent buckets were empty then (-infinity: full) */
 	TimeLineID	timeline;		/* the timeline empty_at belongs to */
+	bool		unusable;		/* the marker file could not be written */
 	pg_atomic_uint64 changes;	/* settings changes applied so far */
 	pg_atomic_uint64 serials;	/* entries made so far */
+	pg_atomic_uint32 template_keys; /* entries made from templates */
+	pg_atomic_uint32 clock;		/* the partition the clock looks in next */
+	uint64		prefix_lengths[3];	/* lengths of templates with records
+									 * (bits 0 to 128; under the templates' lock) */
+	MemoryPartition partitions[MEMORY_PARTITIONS];
 } MemoryShared;
+
+/* What make_entry() did. */
+typedef enum EntryMade
+{
+	ENTRY_MADE,
+	ENTRY_EXISTS,
+	ENTRY_STALE,				/* configuration changed since "generation" */
+	ENTRY_NO_ROOM				/* (with "report" false) */
+} EntryMade;
 
 extern int	max_memory_buckets;
 extern MemoryShared *memory_shared;
-extern HTAB *memory_hash;
 
 extern void memory_entries_init(void);
 extern void memory_require(void);
 extern bool memory_usable(void);
 extern Bucket memory_absent_state(const Bucket *settings, TimestampTz now);
-extern MemoryEntry *memory_find(const SharedKey *key);
+extern void memory_key(MemoryKey *key, Oid relid, const char *name, int len,
+					   bool provisional);
+extern bool memory_key_text(MemoryKey *key, Oid relid, text *name,
+							bool provisional);
+extern uint32 memory_hashcode(const MemoryKey *key);
+extern LWLock *memory_partition_lock(uint32 hashcode);
+extern MemoryEntry *memory_find(const MemoryKey *key, uint32 hashcode);
+extern EntryMade memory_make_entry(const MemoryKey *key, int template_len,
+								   const Bucket *state, TransactionId owner,
+								   uint64 generation, bool report,
+								   MemoryEntry **made);
+extern void memory_remove_entry(MemoryEntry *entry);
+extern bool memory_rekey(MemoryEntry *entry, const MemoryKey *key);
 extern int	memory_template_name_len(const MemoryEntry *entry);
 extern void memory_wake(int waiter);
 extern bool memory_evictable(MemoryEntry *entry, TimestampTz now, bool exactly);
-extern void memory_evict(TimestampTz now);
+extern bool memory_covered(const MemoryKey *key);
+extern void memory_remove_all(Oid dbid, Oid relid, const char *name, int len);
+extern void memory_lock_all(LWLockMode mode);
+extern void memory_unlock_all(void);
 extern void memory_list(Oid relid, Tuplestorestate *store, TupleDesc desc);
 
 #endif							/* TOKENBUCKET_MEMORY_ENTRIES_H */

@@ -28,18 +28,58 @@
 
 #include "access/htup_details.h"
 #include "catalog.h"
+#include "catalog/objectaccess.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_database.h"
 #include "commands/trigger.h"
 #include "common.h"
 #include "miscadmin.h"
 #include "router.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 
 /* Every store, in the order the router asks them. */
 static const StoreRoutine *const stores[] = {&memory_store, &table_store};
 #define NUM_STORES ((int) lengthof(stores))
+
+static object_access_hook_type prev_object_access_hook = NULL;
+
+/*
+ * object_access_hook: when a tb_buckets table (DROP EXTENSION, DROP
+ * SCHEMA) or a database is dropped, every store and the counters forget
+ * what they keep of it, when the dropping transaction commits.
+ */
+static void
+object_dropped(ObjectAccessType access, Oid classId, Oid objectId, int subId,
+			   void *arg)
+{
+	Oid			dbid = InvalidOid;
+	Oid			relid = InvalidOid;
+
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+	if (access != OAT_DROP)
+		return;
+	if (classId == DatabaseRelationId)
+		dbid = objectId;
+	else if (classId == RelationRelationId && subId == 0)
+	{
+		char	   *name = get_rel_name(objectId);
+
+		if (name == NULL || strcmp(name, "tb_buckets") != 0)
+			return;
+		dbid = MyDatabaseId;
+		relid = objectId;
+	}
+	else
+		return;
+	for (int i = 0; i < NUM_STORES; i++)
+		stores[i]->forget(dbid, relid);
+	stats_forget(dbid, relid);
+}
 
 /* The store a configuration says holds the bucket. */
 static const StoreRoutine *
@@ -56,6 +96,8 @@ router_init(void)
 	for (int i = 0; i < NUM_STORES; i++)
 		if (stores[i]->init != NULL)
 			stores[i]->init();
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = object_dropped;
 #if PG_VERSION_NUM >= 150000
 	if (process_shared_preload_libraries_in_progress)
 		MarkGUCPrefixReserved("tokenbucket");
@@ -127,26 +169,29 @@ decided(const Request *request, StoreResult result)
 /*
  * If bucket "name" is a memory bucket, make sure it has an entry (made by
  * the absent rule from its row or its template) and return true; else
- * return false with its configuration in *config.  Settings committed
- * between reading them and making the entry are read again, so that an
- * entry never starts with settings older than the newest committed.
+ * return false with its configuration in *config.  The configuration is
+ * read as committed now, whatever the transaction's snapshot, and read
+ * again if settings were committed between reading them and making the
+ * entry: an entry never starts from settings older than the newest
+ * committed, or from a template dropped since a snapshot was taken.  A
+ * configuration this transaction wrote gives a provisional entry.
  */
 static bool
 ensure_memory(Oid relid, text *name, TimestampTz now, BucketConfig *config)
 {
-	for (int attempt = 0;; attempt++)
+	for (;;)
 	{
 		/* read before the query takes its snapshot */
 		uint64		seen = memory_store.generation();
 		Bucket		state;
 
-		if (catalog_find(relid, name, now, config) == CONFIG_NONE || !config->memory)
+		CHECK_FOR_INTERRUPTS();
+
+		if (catalog_find(relid, name, now, true, config) == CONFIG_NONE || !config->memory)
 			return false;
-		/* a transaction snapshot never sees newer settings: take them as read */
-		if (attempt >= 2)
-			seen = memory_store.generation();
 		state = memory_store.absent(&config->bucket, now);
-		if (memory_store.make(relid, name, &state, config->template_len, seen) != STORE_STALE)
+		if (memory_store.make(relid, name, &state, config->template_len, seen,
+							  config->mine) != STORE_STALE)
 			return true;
 	}
 }
@@ -169,7 +214,7 @@ make_place(Oid relid, text *name, TimestampTz now)
 	{
 		Bucket		state = table_store.absent(&config.bucket, now);
 
-		(void) table_store.make(relid, name, &state, config.template_len, 0);
+		(void) table_store.make(relid, name, &state, config.template_len, 0, false);
 	}
 	return true;
 }
@@ -186,7 +231,7 @@ peek_one(Oid relid, Request *request, TimestampTz now)
 
 	if (!memory_store.peek(relid, request) && !table_store.peek(relid, request))
 	{
-		if (catalog_find(relid, request->name, now, &config) == CONFIG_NONE)
+		if (catalog_find(relid, request->name, now, false, &config) == CONFIG_NONE)
 			report_missing(request->name);
 		if (config.source == CONFIG_ROW && !config.memory)
 			request->bucket = config.bucket;	/* made since */
@@ -242,7 +287,7 @@ take_one(Oid relid, Request *request, TimestampTz now)
 		if (!bucket_take(&request->bucket, request->cost, now))
 			elog(ERROR, "a new bucket did not grant a cost within its capacity");
 		if (table_store.make(relid, request->name, &request->bucket,
-							 config.template_len, 0) == STORE_MADE)
+							 config.template_len, 0, false) == STORE_MADE)
 			return true;
 	}
 	report_missing(request->name);
@@ -332,7 +377,7 @@ template_of(void *arg)
 		BucketConfig config;
 		SpiSession	session = spi_begin(lookup->fcinfo, false);
 
-		(void) catalog_find(lookup->relid, lookup->name, GetCurrentTimestamp(), &config);
+		(void) catalog_find(lookup->relid, lookup->name, GetCurrentTimestamp(), false, &config);
 		spi_end(&session);
 		len = config.source == CONFIG_NONE ? 0 : config.template_len;
 	}
@@ -611,10 +656,28 @@ router_purge(FunctionCallInfo fcinfo, TimestampTz idle_since, TimestampTz now)
 	return purged;
 }
 
+/* Column "name" of a row of tb_buckets, which is never NULL. */
+static Datum
+column(HeapTuple row, TupleDesc desc, const char *name)
+{
+	int			attnum = SPI_fnumber(desc, name);
+	bool		isnull = true;
+	Datum		value = 0;
+
+	if (attnum > 0)
+		value = heap_getattr(row, attnum, desc, &isnull);
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NOT_NULL_VIOLATION),
+				 errmsg("column \"%s\" of tb_buckets is NULL", name)));
+	return value;
+}
+
 PG_FUNCTION_INFO_V1(tb_buckets_changed);
 
 /*
- * Trigger on tb_buckets, for rows of memory buckets and templates: hands
+ * Trigger on tb_buckets, for rows of memory buckets, of templates and of
+ * named table buckets (not of buckets made from table templates): hands
  * what an INSERT, UPDATE, DELETE or TRUNCATE did to the memory store, to
  * apply when the transaction commits.
  */
@@ -626,10 +689,16 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 	Oid			relid;
 	HeapTuple	old_row = NULL;
 	HeapTuple	new_row = NULL;
-	bool		isnull;
 
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		elog(ERROR, "tb_buckets_changed: not called as a trigger");
+	/* only ever the extension's own AFTER triggers on its own table */
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+		TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event) !=
+		TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event) ||
+		RelationGetRelid(trigdata->tg_relation) != installation_table(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("tb_buckets_changed() is only the trigger of tokenbucket's table tb_buckets"),
+				 errdetail("It hands changes of memory buckets' rows to shared memory, and fires for nothing else.")));
 	relid = RelationGetRelid(trigdata->tg_relation);
 	desc = RelationGetDescr(trigdata->tg_relation);
 
@@ -647,7 +716,7 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 	else if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
 		new_row = trigdata->tg_trigtuple;
 
-#define COLUMN(row, name) heap_getattr((row), SPI_fnumber(desc, (name)), desc, &isnull)
+#define COLUMN(row, name) column((row), desc, (name))
 	if (old_row && new_row &&
 		DatumGetBool(COLUMN(old_row, "memory")) != DatumGetBool(COLUMN(new_row, "memory")))
 		ereport(ERROR,
@@ -681,12 +750,20 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 	if (new_row)
 	{
 		text	   *name = DatumGetTextPP(COLUMN(new_row, "name"));
+		ConfigChange change = CONFIG_MADE;
 
-		if (!is_template_name(name))
-			memory_store.configure(CONFIG_MADE, relid, VARDATA_ANY(name),
-								   VARSIZE_ANY_EXHDR(name),
-								   DatumGetFloat8(COLUMN(new_row, "capacity")),
-								   DatumGetFloat8(COLUMN(new_row, "refill_rate")));
+		/*
+		 * A template (of either kind) takes the keys its prefix covers from
+		 * any shorter template; a table bucket's name is no memory
+		 * bucket's any more.
+		 */
+		if (is_template_name(name))
+			change = CONFIG_SHADOWED;
+		else if (!DatumGetBool(COLUMN(new_row, "memory")))
+			change = CONFIG_TAKEN;
+		memory_store.configure(change, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name),
+							   DatumGetFloat8(COLUMN(new_row, "capacity")),
+							   DatumGetFloat8(COLUMN(new_row, "refill_rate")));
 	}
 #undef COLUMN
 	return PointerGetDatum(NULL);

@@ -7,9 +7,10 @@
  *
  * Each user of shared memory registers an area from _PG_init while the
  * library is being preloaded; this file asks for every area's memory and
- * locks (shmem_request_hook), makes or attaches them (shmem_startup_hook),
- * and at a clean shutdown of the postmaster lets each save what it wants
- * kept, as pg_stat_statements does with its file.
+ * locks (shmem_request_hook), lets each make or attach its structs
+ * (shmem_startup_hook) and, in the postmaster, set them up, and at a clean
+ * shutdown of the postmaster lets each save what it wants kept, as
+ * pg_stat_statements does with its file.
  *
  * src/shmem.c
  *
@@ -80,22 +81,14 @@ shared_key_text(SharedKey *key, Oid relid, text *name)
 	return shared_key_make(key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
 }
 
-/* Shared memory "area" needs. */
-static Size
-area_size(const SharedArea *area)
-{
-	return add_size(MAXALIGN(area->state_size),
-					hash_estimate_size(*area->max_entries, area->entry_size));
-}
-
 /* Ask for every area's memory and locks. */
 static void
 request_areas(void)
 {
 	for (int i = 0; i < nareas; i++)
 	{
-		RequestAddinShmemSpace(area_size(areas[i]));
-		RequestNamedLWLockTranche(areas[i]->name, areas[i]->nlocks);
+		RequestAddinShmemSpace(areas[i]->size());
+		RequestNamedLWLockTranche(areas[i]->name, areas[i]->nlocks());
 	}
 }
 
@@ -126,39 +119,59 @@ shmem_shutdown(int code, Datum arg)
 static void
 shmem_startup(void)
 {
-	void	   *states[MAX_AREAS];
-	HTAB	   *hashes[MAX_AREAS];
-	bool		made[MAX_AREAS];
-
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	for (int i = 0; i < nareas; i++)
-	{
-		const SharedArea *area = areas[i];
-		HASHCTL		info;
-		bool		found;
-		char	   *hash_name = psprintf("%s hash", area->name);
-
-		states[i] = ShmemInitStruct(area->name, area->state_size, &found);
-		made[i] = !found;
-		info.keysize = sizeof(SharedKey);
-		info.entrysize = area->entry_size;
-		info.hash = shared_key_hash;
-		info.match = shared_key_match;
-		hashes[i] = ShmemInitHash(hash_name, *area->max_entries, *area->max_entries,
-								  &info,
-								  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_FIXED_SIZE);
-	}
+		areas[i]->attach(GetNamedLWLockTranche(areas[i]->name));
 	LWLockRelease(AddinShmemInitLock);
 
+	/* in the postmaster, at its start or its restart after a crash */
+	if (IsUnderPostmaster || nareas == 0)
+		return;
 	for (int i = 0; i < nareas; i++)
-		areas[i]->attach(states[i], hashes[i],
-						 GetNamedLWLockTranche(areas[i]->name),
-						 made[i] && !IsUnderPostmaster);
-	if (nareas > 0 && made[0] && !IsUnderPostmaster)
-		on_shmem_exit(shmem_shutdown, (Datum) 0);
+		if (areas[i]->startup)
+			areas[i]->startup();
+	on_shmem_exit(shmem_shutdown, (Datum) 0);
+}
+
+/* A struct of an area (from its attach()); *found: it was made before. */
+void *
+shmem_struct(const char *name, Size size, bool *found)
+{
+	return ShmemInitStruct(name, size, found);
+}
+
+/*
+ * A fixed-size hash of an area (from its attach()), with "partitions"
+ * partitions (0: none; else a power of 2, each guarded by a lock of the
+ * caller's, as PostgreSQL's lock table is).
+ */
+HTAB *
+shmem_hash(const char *name, long max_entries, Size keysize, Size entrysize,
+		   HashValueFunc hash, HashCompareFunc match, int partitions)
+{
+	HASHCTL		info;
+	int			flags = HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_FIXED_SIZE;
+
+	info.keysize = keysize;
+	info.entrysize = entrysize;
+	info.hash = hash;
+	info.match = match;
+	if (partitions > 0)
+	{
+		info.num_partitions = partitions;
+		flags |= HASH_PARTITION;
+	}
+	return ShmemInitHash(name, max_entries, max_entries, &info, flags);
+}
+
+/* What shmem_hash() takes. */
+Size
+shmem_hash_size(long max_entries, Size entrysize)
+{
+	return hash_estimate_size(max_entries, entrysize);
 }
 
 /*
@@ -182,8 +195,8 @@ shmem_register(const SharedArea *area)
 	}
 	areas[nareas++] = area;
 #if PG_VERSION_NUM < 150000
-	RequestAddinShmemSpace(area_size(area));
-	RequestNamedLWLockTranche(area->name, area->nlocks);
+	RequestAddinShmemSpace(area->size());
+	RequestNamedLWLockTranche(area->name, area->nlocks());
 #endif
 }
 
@@ -256,7 +269,8 @@ state_save_end(StateFile *sf)
 }
 
 /*
- * Open "path" for reading back, and check its header: false, having LOGged
+ * Open "path" for reading back, and check its header (a format from 1 to
+ * "format" is read; sf->format says which): false, having LOGged
  * why (unless there was no file: *existed false), when it is not to be
  * read.  The caller reads with state_load() and ends with state_load_end()
  * or state_load_reject(), which remove the file.
@@ -289,14 +303,17 @@ state_load_begin(StateFile *sf, const char *path, uint32 magic, uint32 format,
 	control = get_controlfile(DataDir, &crc_ok);
 	if (!state_load(sf, header, sizeof(header)) || !state_load(sf, &sysid, sizeof(sysid)))
 		state_load_reject(sf, "it is truncated or unreadable");
-	else if (header[0] != magic || header[1] != format)
+	else if (header[0] != magic || header[1] == 0 || header[1] > format)
 		state_load_reject(sf, "it is not a tokenbucket state file of this version");
 	else if (sysid != control->system_identifier)
 		state_load_reject(sf, "it was written by another database cluster");
 	else if (!crc_ok || control->state != DB_SHUTDOWNED)
 		state_load_reject(sf, "the server did not shut down cleanly since it was written");
 	else
+	{
+		sf->format = header[1];
 		return true;
+	}
 	return false;
 }
 

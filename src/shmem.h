@@ -37,28 +37,30 @@ extern int	shared_key_match(const void *key1, const void *key2, Size keysize);
 
 /*
  * A part of shared memory set aside when the server starts (the library
- * preloaded): a struct, a hash of SharedKey-keyed entries, and a tranche
- * of LWLocks, all named after it.
+ * preloaded), and a tranche of LWLocks named after it.
  */
 typedef struct SharedArea
 {
 	const char *name;
-	Size		state_size;		/* bytes of its struct */
-	int		   *max_entries;	/* entries its hash holds (a GUC's value) */
-	Size		entry_size;		/* of an entry, its SharedKey first */
-	int			nlocks;			/* LWLocks of its tranche */
+	Size		(*size) (void);	/* bytes it needs */
+	int			(*nlocks) (void);	/* LWLocks of its tranche */
 
 	/*
-	 * Called in every process once the area is there; "first" in the
-	 * postmaster when it has just been made (at start, or after a crash),
-	 * to set it up.
+	 * Called in every process, under AddinShmemInitLock, to make or find
+	 * its structs (shmem_struct(), shmem_hash()).
 	 */
-	void		(*attach) (void *state, HTAB *hash, LWLockPadded *locks,
-						   bool first);
+	void		(*attach) (LWLockPadded *locks);
+	/* called in the postmaster once the areas are made, or NULL */
+	void		(*startup) (void);
 	/* called in the postmaster at a clean shutdown, or NULL */
 	void		(*shutdown) (void);
 } SharedArea;
 
+extern void *shmem_struct(const char *name, Size size, bool *found);
+extern HTAB *shmem_hash(const char *name, long max_entries, Size keysize,
+						Size entrysize, HashValueFunc hash, HashCompareFunc match,
+						int partitions);
+extern Size shmem_hash_size(long max_entries, Size entrysize);
 extern void shmem_register(const SharedArea *area);
 
 /*
@@ -73,6 +75,7 @@ typedef struct StateFile
 	FILE	   *file;
 	pg_crc32c	crc;
 	bool		failed;
+	uint32		format;			/* of a file read: 1 to the format asked for */
 	const char *consequence;	/* the errdetail of a LOG about it */
 } StateFile;
 

@@ -103,21 +103,48 @@ static HTAB *hash = NULL;
 static SharedKey last_key;
 static Pending last = {0};
 
+/* installations (or databases) whose counters go at commit */
+typedef struct Forget
+{
+	Oid			dbid;
+	Oid			relid;			/* InvalidOid: every one of the database */
+	int			level;
+} Forget;
+static List *forgets = NIL;
+
 /* this backend's transaction */
 static Pending *pendings = NULL;
 static int	npendings = 0;
 static int	maxpendings = 0;
 
+/* Shared memory the counters need. */
+static Size
+stats_shmem_size(void)
+{
+	return add_size(MAXALIGN(sizeof(StatsShared)),
+					shmem_hash_size(max_stats_buckets, sizeof(StatsEntry)));
+}
+
+/* Their lock. */
+static int
+stats_shmem_locks(void)
+{
+	return 1;
+}
+
 /*
- * SharedArea attach: remember where the counters are; the postmaster (at
- * its start or its restart after a crash) starts them from zero.
+ * SharedArea attach: find the counters, or (the postmaster, at its start
+ * or its restart after a crash) start them from zero.
  */
 static void
-stats_attach(void *state, HTAB *area_hash, LWLockPadded *locks, bool first)
+stats_attach(LWLockPadded *locks)
 {
-	shared = state;
-	hash = area_hash;
-	if (!first)
+	bool		found;
+
+	shared = shmem_struct("tokenbucket stats", sizeof(StatsShared), &found);
+	hash = shmem_hash("tokenbucket counters", max_stats_buckets, sizeof(SharedKey),
+					  sizeof(StatsEntry), shared_key_hash, shared_key_match, 0);
+	if (found)
 		return;
 	shared->lock = &locks[0].lock;
 	shared->started_at = GetCurrentTimestamp();
@@ -405,6 +432,51 @@ count_pendings(void)
 }
 
 /*
+ * Forget the counters of installation "relid" of database "dbid"
+ * (InvalidOid: of every installation of it) when the transaction commits:
+ * its table, or the database, is being dropped.
+ */
+void
+stats_forget(Oid dbid, Oid relid)
+{
+	MemoryContext old;
+	Forget	   *forget;
+
+	if (shared == NULL)
+		return;
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	forget = palloc(sizeof(Forget));
+	forget->dbid = dbid;
+	forget->relid = relid;
+	forget->level = GetCurrentTransactionNestLevel();
+	forgets = lappend(forgets, forget);
+	MemoryContextSwitchTo(old);
+}
+
+/* Remove the entries of what the committed transaction dropped. */
+static void
+apply_forgets(void)
+{
+	HASH_SEQ_STATUS status;
+	StatsEntry *entry;
+	ListCell   *lc;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	foreach(lc, forgets)
+	{
+		Forget	   *forget = lfirst(lc);
+
+		hash_seq_init(&status, hash);
+		while ((entry = hash_seq_search(&status)) != NULL)
+			if (entry->key.dbid == forget->dbid &&
+				(forget->relid == InvalidOid || entry->key.relid == forget->relid))
+				remove_entry(entry);
+	}
+	LWLockRelease(shared->lock);
+	last.entry = NULL;
+}
+
+/*
  * XactCallback: at commit (or PREPARE, which is where a prepared
  * transaction's calls are counted), everything; at abort, what a rollback
  * does not give back.
@@ -424,10 +496,13 @@ stats_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PREPARE:
 			count_pendings();
+			if (forgets != NIL)
+				apply_forgets();
 			break;
 		default:
-			break;
+			return;
 	}
+	forgets = NIL;
 }
 
 /*
@@ -443,6 +518,21 @@ stats_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
 		return;
+	{
+		ListCell   *lc;
+
+		foreach(lc, forgets)
+		{
+			Forget	   *forget = lfirst(lc);
+
+			if (forget->level < level)
+				continue;
+			if (event == SUBXACT_EVENT_ABORT_SUB)
+				forgets = foreach_delete_current(forgets, lc);
+			else
+				forget->level = level - 1;
+		}
+	}
 	for (int i = npendings - 1; i >= 0 && pendings[i].level >= level; i--)
 	{
 		if (event == SUBXACT_EVENT_ABORT_SUB)
@@ -453,11 +543,10 @@ stats_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 static const SharedArea stats_area = {
 	.name = "tokenbucket stats",
-	.state_size = sizeof(StatsShared),
-	.max_entries = &max_stats_buckets,
-	.entry_size = sizeof(StatsEntry),
-	.nlocks = 1,
+	.size = stats_shmem_size,
+	.nlocks = stats_shmem_locks,
 	.attach = stats_attach,
+	.startup = NULL,
 	.shutdown = NULL,
 };
 

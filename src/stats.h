@@ -28,6 +28,7 @@ typedef struct StatsCounters
 } StatsCounters;
 
 extern void stats_init(void);
+extern void stats_forget(Oid dbid, Oid relid);
 extern bool stats_enabled(void);
 extern void stats_count(Oid relid, text *name, const StatsCounters *delta,
 						int (*template_of) (void *arg), void *arg,

@@ -66,6 +66,9 @@ typedef enum ConfigChange
 	CONFIG_MADE,				/* a named bucket made: full */
 	CONFIG_ALTERED,				/* new settings, keeping tokens */
 	CONFIG_DROPPED,				/* gone */
+	CONFIG_TAKEN,				/* the name is a table bucket's now */
+	CONFIG_SHADOWED,			/* a template made: keys of shorter templates
+								 * its prefix covers are its from now on */
 	CONFIG_TRUNCATED			/* every bucket of the installation gone */
 } ConfigChange;
 
@@ -122,10 +125,13 @@ typedef struct StoreRoutine
 	 * Give bucket "name" a place here in state "state": made from its
 	 * template (the first "template_len" - 1 bytes of its name, then '*')
 	 * or, with 0, named.  "generation" is what generation() said before the
-	 * caller read the configuration the state comes from.
+	 * caller read the configuration the state comes from (STORE_STALE:
+	 * read it again).  "provisional": that configuration is this
+	 * transaction's own, not committed yet; the place must then be this
+	 * transaction's alone until it commits, and gone if it aborts.
 	 */
 	StoreMade	(*make) (Oid relid, text *name, const Bucket *state,
-						 int template_len, uint64 generation);
+						 int template_len, uint64 generation, bool provisional);
 
 	/*
 	 * Forget the bucket (a template: with every bucket made from it), when
@@ -159,6 +165,13 @@ typedef struct StoreRoutine
 	 */
 	void		(*configure) (ConfigChange change, Oid relid, const char *name,
 							  int len, double capacity, double refill_rate);
+
+	/*
+	 * Forget every bucket of installation "relid" of database "dbid"
+	 * (InvalidOid: of every installation of it), when the transaction
+	 * commits: the extension, its table or the database is being dropped.
+	 */
+	void		(*forget) (Oid dbid, Oid relid);
 
 	/* Fail unless a bucket (or template) named "len" bytes can be made here. */
 	void		(*check_make) (int len);

@@ -237,7 +237,7 @@ table_alter(Oid relid, text *name, double capacity, double refill_rate,
  */
 static StoreMade
 table_make(Oid relid, text *name, const Bucket *state, int template_len,
-		   uint64 generation)
+		   uint64 generation, bool provisional)
 {
 	Datum		args[6];
 	char		nulls[7] = "      ";
@@ -304,6 +304,12 @@ table_configure(ConfigChange change, Oid relid, const char *name, int len,
 {
 }
 
+/* forget(): the rows go with their table. */
+static void
+table_forget(Oid dbid, Oid relid)
+{
+}
+
 /* check_make(): any name a row may have will do. */
 static void
 table_check_make(int len)
@@ -332,6 +338,7 @@ const StoreRoutine table_store = {
 	.list = NULL,				/* tb_status reads the rows */
 	.watch = NULL,				/* a waiter looks again every second */
 	.configure = table_configure,
+	.forget = table_forget,
 	.check_make = table_check_make,
 	.generation = table_generation,
 };

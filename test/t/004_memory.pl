@@ -185,27 +185,42 @@ cmp_ok($node->safe_psql('postgres', 'SELECT count(*) FROM grants'), '>', 1000,
 like($node->safe_psql('postgres', $windows_sql), qr/^[1-9][0-9]*\|0$/,
 	'across both crashes, no window of any memory bucket over capacity + rate x w');
 
-# 5: the hash holds 200.  Buckets in debt or paused are never reused: with
-# all of them so, a new one fails, and nothing is made.
+# 5: the hash holds 200: a tenth (20) is kept for named buckets, and one
+# template's keys take at most a quarter (50).  Keys in debt or paused are
+# never reused: with all of a template's so, its next key fails, and
+# nothing is made; other templates and named buckets are not touched.
 $node->safe_psql('postgres', q{
 	SELECT count(tb_pause(name, interval '1 hour')) FROM tb_memory_buckets();
 	SELECT tb_create('p:*', 1, 1, '1 hour', memory => true);
-	SELECT count(tb_settle('p:' || i, 0, 2))
-	FROM generate_series(1, 200 - (SELECT count(*) FROM tb_memory_buckets())) AS i;
+	SELECT tb_create('q:*', 1, 1, '1 hour', memory => true);
+	SELECT count(tb_settle('p:' || i, 0, 2)) FROM generate_series(1, 50) AS i;
 });
 my ($rc, $out, $err) = $node->psql('postgres',
 	"\\set VERBOSITY verbose\nSELECT tb_acquire('p:new')");
-like($err, qr/53200: no room for memory token bucket "p:new"/, 'a full hash fails with 53200');
-like($err, qr/HINT:  Raise tokenbucket.max_memory_buckets/, '... with a hint naming the setting');
+like($err, qr/53200: no room for memory token bucket "p:new"/,
+	'a template whose 50 keys are all in debt fails its next key with 53200');
+like($err, qr/HINT:  Raise tokenbucket.max_template_keys/, '... with a hint naming the setting');
 is($node->safe_psql('postgres', "SELECT count(*) FROM tb_memory_buckets() WHERE name = 'p:new'"),
 	'0', '... and makes nothing');
-# full idle buckets make room
+is($node->safe_psql('postgres', "SELECT count(tb_acquire('q:' || i)) FROM generate_series(1, 40) AS i"),
+	'40', 'another template makes its keys meanwhile');
+$node->safe_psql('postgres', "SELECT tb_create('named_after_flood', 1, 1, memory => true)");
+is($node->safe_psql('postgres', "SELECT tb_acquire('named_after_flood')"), 't',
+	'... and so does a new named bucket');
+# full idle keys of the template make room, found by the clock
 $node->safe_psql('postgres', q{SELECT count(tb_reset(name)) FROM tb_memory_buckets() WHERE name LIKE 'p:%'});
 $node->safe_psql('postgres', "SELECT tb_acquire('p:new')");
 is($node->safe_psql('postgres', "SELECT count(*) FROM tb_memory_buckets() WHERE name = 'p:new'"), '1',
-	'full idle buckets make room for new ones');
+	'full idle keys make room for new ones');
+is($node->safe_psql('postgres', "SELECT count(*) FROM tb_memory_buckets() WHERE name LIKE 'p:%'"), '50',
+	'... within the template\'s share');
 cmp_ok($node->safe_psql('postgres', 'SELECT count(*) FROM tb_memory_buckets()'), '<=', 200,
-	'... within the size set');
+	'... and the size set');
+# the share is a setting a reload changes
+$node->append_conf('postgresql.conf', "tokenbucket.max_template_keys = 60\n");
+$node->reload;
+is($node->safe_psql('postgres', "SELECT count(tb_settle('p:x' || i, 0, 2)) FROM generate_series(1, 10) AS i"),
+	'10', 'tokenbucket.max_template_keys = 60, reloaded, gives the template 10 more keys');
 
 # 6: a standby refuses memory buckets at once; promoted, it starts them empty
 $node->safe_psql('postgres', q{SELECT tb_reset('mcold'), tb_acquire('mcold'), tb_create('tab', 5, 1)});
