@@ -113,19 +113,39 @@ RESET tokenbucket.track_stats;
 SELECT tb_acquire('tab');
 SELECT name, granted FROM tb_stats WHERE name = 'tab';
 
--- a bucket whose name is longer than an entry holds (128 bytes) is not
--- counted: its row stays at zero
-SELECT tb_create(repeat('l', 129), 5, 1, '1 hour');
-SELECT tb_acquire(repeat('l', 129));
-SELECT length(name), granted FROM tb_stats WHERE name LIKE 'lll%';
+-- a bucket whose name is longer than an entry holds (128 bytes) is counted
+-- under its first bytes and a hash of it all, which tb_stats joins on;
+-- two such names that differ only after the 120th byte are two buckets
+SELECT tb_create(repeat('l', 129), 5, 1, '1 hour'), tb_create(repeat('l', 200), 5, 1, '1 hour');
+SELECT tb_acquire(repeat('l', 129)), tb_acquire(repeat('l', 200)), tb_acquire(repeat('l', 200));
+SELECT length(name), granted FROM tb_stats WHERE name LIKE 'lll%' ORDER BY length(name);
+SELECT length(tb_stats_key(repeat('l', 128))) AS short_kept, tb_stats_key(repeat('l', 129)) LIKE 'lll%...#%' AS long_keyed;
 
 -- privileges: a monitoring role reads the views once granted SELECT on
--- them; an application role may not read them, nor reset the counters,
--- nor turn the tracking off
+-- them and EXECUTE on the functions behind them; an application role may
+-- not read them, nor reset the counters, nor turn the tracking off
 CREATE ROLE regress_tb_monitor;
 CREATE ROLE regress_tb_stats_app;
-GRANT USAGE ON SCHEMA public TO regress_tb_monitor, regress_tb_stats_app;
+CREATE ROLE regress_tb_templates_only;
+GRANT USAGE ON SCHEMA public TO regress_tb_monitor, regress_tb_stats_app, regress_tb_templates_only;
 GRANT SELECT ON tb_stats, tb_template_stats TO regress_tb_monitor;
+GRANT EXECUTE ON FUNCTION tb_memory_buckets(), tb_stats_counters(), tb_memory_counters(),
+	tb_template_counters(), tb_memory_templates() TO regress_tb_monitor;
+-- one that may read only the templates' counters reads no key's name
+GRANT SELECT ON tb_template_stats TO regress_tb_templates_only;
+GRANT EXECUTE ON FUNCTION tb_template_counters(), tb_memory_templates() TO regress_tb_templates_only;
+SET ROLE regress_tb_templates_only;
+SELECT template, granted FROM tb_template_stats ORDER BY template;
+SELECT * FROM tb_memory_buckets();
+SELECT * FROM tb_stats_counters();
+SELECT * FROM tb_memory_counters();
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION tb_memory_buckets(), tb_stats_counters(), tb_memory_counters()
+	TO regress_tb_templates_only;
+SET ROLE regress_tb_templates_only;
+SELECT count(*) FROM tb_memory_buckets();
+SELECT count(*) FROM tb_stats_counters();
+RESET ROLE;
 SET ROLE regress_tb_monitor;
 SELECT name, granted FROM tb_stats WHERE name IN ('tab', 'mem') ORDER BY name;
 SELECT template, granted FROM tb_template_stats ORDER BY template;
@@ -148,5 +168,5 @@ SELECT name, granted FROM tb_stats WHERE name = 'tab';
 RESET ROLE;
 
 DROP EXTENSION tokenbucket;
-DROP OWNED BY regress_tb_monitor, regress_tb_stats_app;
-DROP ROLE regress_tb_monitor, regress_tb_stats_app;
+DROP OWNED BY regress_tb_monitor, regress_tb_stats_app, regress_tb_templates_only;
+DROP ROLE regress_tb_monitor, regress_tb_stats_app, regress_tb_templates_only;

@@ -71,7 +71,8 @@
 #define STATE_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/tokenbucket.buckets"
 #define MARKER_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/tokenbucket.used"
 #define STATE_MAGIC		0x74624D31	/* "tbM1" */
-#define STATE_FORMAT	2		/* 1: template lengths without the '*' */
+#define STATE_FORMAT	3		/* 1: template lengths without the '*';
+								 * 1 and 2: no counters */
 
 /* the clock: partitions looked in per call, entries per partition */
 #define CLOCK_PARTITIONS	8
@@ -355,10 +356,12 @@ init_entry(MemoryEntry *entry, uint32 hashcode, MemoryTemplate *template,
 	entry->template = template;
 	entry->owner = owner;
 	entry->used = true;
+	entry->since = GetCurrentTimestamp();
 	SpinLockInit(&entry->mutex);
 	entry->waiter = -1;
 	entry->pins = 0;
 	entry->bucket = *state;
+	memset(&entry->counters, 0, sizeof(StatsCounters));
 	link_entry(entry);
 }
 
@@ -590,10 +593,12 @@ memory_rekey(MemoryEntry *entry, const MemoryKey *key)
 	moved->template = copy.template;
 	moved->owner = InvalidTransactionId;
 	moved->used = true;
+	moved->since = copy.since;
 	SpinLockInit(&moved->mutex);
 	moved->waiter = copy.waiter;
 	moved->pins = copy.pins;
 	moved->bucket = copy.bucket;
+	moved->counters = copy.counters;
 	link_entry(moved);
 	return true;
 }
@@ -672,6 +677,8 @@ save_state(void)
 			state_save(&sf, &entry->key.name, offsetof(SharedKey, name) + entry->key.name.len);
 			state_save(&sf, &template_len, sizeof(uint16));
 			state_save(&sf, &entry->bucket, sizeof(Bucket));
+			state_save(&sf, &entry->since, sizeof(TimestampTz));
+			state_save(&sf, &entry->counters, sizeof(StatsCounters));
 		}
 	(void) state_save_end(&sf);
 }
@@ -707,6 +714,8 @@ load_state(bool *existed)
 			MemoryKey	key;
 			uint16		template_len;
 			Bucket		bucket;
+			TimestampTz since = GetCurrentTimestamp();
+			StatsCounters counters = {0};
 			MemoryEntry *entry;
 
 			memset(&key, 0, sizeof(key));
@@ -714,7 +723,10 @@ load_state(bool *existed)
 				key.name.len > SHARED_NAME_MAX_BYTES ||
 				!state_load(&sf, key.name.name, key.name.len) ||
 				!state_load(&sf, &template_len, sizeof(template_len)) ||
-				!state_load(&sf, &bucket, sizeof(bucket)))
+				!state_load(&sf, &bucket, sizeof(bucket)) ||
+				(sf.format >= 3 &&
+				 (!state_load(&sf, &since, sizeof(since)) ||
+				  !state_load(&sf, &counters, sizeof(counters)))))
 				break;
 			/* format 1 counted a template's length without its '*' */
 			if (sf.format == 1 && template_len > 0)
@@ -726,6 +738,8 @@ load_state(bool *existed)
 				sf.failed = true;
 				break;
 			}
+			entry->since = since;
+			entry->counters = counters;
 		}
 	}
 	if (!state_load_end(&sf))
@@ -951,29 +965,26 @@ memory_list(Oid relid, Tuplestorestate *store, TupleDesc desc)
 	{
 		LWLock	   *lock = &memory_shared->locks[p].lock;
 		int			nrows = 0;
+		int			wanted = 0;
+		MemoryEntry *entry;
 
+		/* room first: nothing may fail under the lock */
 		LWLockAcquire(lock, LW_SHARED);
-		for (MemoryEntry *entry = memory_shared->partitions[p].head; entry; entry = entry->next)
+		for (entry = memory_shared->partitions[p].head; entry; entry = entry->next)
+			wanted++;
+		LWLockRelease(lock);
+		if (wanted > maxrows)
+		{
+			maxrows = wanted * 2;
+			rows = rows ? repalloc(rows, sizeof(ListedEntry) * maxrows) :
+				palloc(sizeof(ListedEntry) * maxrows);
+		}
+		LWLockAcquire(lock, LW_SHARED);
+		for (entry = memory_shared->partitions[p].head; entry && nrows < maxrows; entry = entry->next)
 		{
 			if (entry->key.name.dbid != MyDatabaseId || entry->key.name.relid != relid ||
 				entry->key.provisional)
 				continue;
-			if (nrows == maxrows)
-			{
-				/* no allocation that could fail under the lock */
-				LWLockRelease(lock);
-				maxrows = Max(64, maxrows * 2);
-				rows = rows ? repalloc(rows, sizeof(ListedEntry) * maxrows) :
-					palloc(sizeof(ListedEntry) * maxrows);
-				nrows = 0;
-				LWLockAcquire(lock, LW_SHARED);
-				entry = memory_shared->partitions[p].head;
-				if (entry == NULL)
-					break;
-				if (entry->key.name.dbid != MyDatabaseId || entry->key.name.relid != relid ||
-					entry->key.provisional)
-					continue;
-			}
 			rows[nrows].name = entry->key.name;
 			rows[nrows].template_len = memory_template_name_len(entry);
 			SpinLockAcquire(&entry->mutex);
@@ -1067,4 +1078,134 @@ tb_memory_empty_at(PG_FUNCTION_ARGS)
 		PG_RETURN_NULL();
 	memory_require();
 	PG_RETURN_TIMESTAMPTZ(memory_shared->empty_at);
+}
+
+/* One row of tb_memory_counters(), copied out under its partition's lock. */
+typedef struct ListedCounters
+{
+	SharedKey	name;
+	TimestampTz since;
+	StatsCounters counters;
+} ListedCounters;
+
+PG_FUNCTION_INFO_V1(tb_memory_counters);
+
+/*
+ * tb_memory_counters(): the counters of every key made from a memory
+ * template of this installation that has an entry (name, granted,
+ * granted_tokens, denied, waited, wait_seconds, timeouts,
+ * refunded_tokens, pauses, cancelled, since), one partition at a time.
+ * Per-key: for whoever may read tb_stats.
+ */
+Datum
+tb_memory_counters(PG_FUNCTION_ARGS)
+{
+	static const char *const views[] = {"tb_stats", NULL};
+	TupleDesc	desc;
+	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
+	Oid			relid = installation_table(fcinfo);
+	ListedCounters *rows = NULL;
+	int			maxrows = 0;
+
+	check_may_read(fcinfo, "tb_memory_counters()", views);
+	if (memory_shared == NULL || RecoveryInProgress())
+		return (Datum) 0;
+	memory_require();
+	for (int p = 0; p < MEMORY_PARTITIONS; p++)
+	{
+		LWLock	   *lock = &memory_shared->locks[p].lock;
+		int			nrows = 0;
+		int			wanted = 0;
+		MemoryEntry *entry;
+		Datum		values[2 + STATS_COLUMNS];
+		bool		nulls[2 + STATS_COLUMNS] = {0};
+
+		/* room first: nothing may fail under the lock */
+		LWLockAcquire(lock, LW_SHARED);
+		for (entry = memory_shared->partitions[p].head; entry; entry = entry->next)
+			wanted++;
+		LWLockRelease(lock);
+		if (wanted > maxrows)
+		{
+			maxrows = wanted * 2;
+			rows = rows ? repalloc(rows, sizeof(ListedCounters) * maxrows) :
+				palloc(sizeof(ListedCounters) * maxrows);
+		}
+		LWLockAcquire(lock, LW_SHARED);
+		for (entry = memory_shared->partitions[p].head; entry && nrows < maxrows; entry = entry->next)
+		{
+			if (entry->key.name.dbid != MyDatabaseId || entry->key.name.relid != relid ||
+				entry->key.provisional || entry->template == NULL)
+				continue;
+			rows[nrows].name = entry->key.name;
+			SpinLockAcquire(&entry->mutex);
+			rows[nrows].since = entry->since;
+			rows[nrows].counters = entry->counters;
+			SpinLockRelease(&entry->mutex);
+			nrows++;
+		}
+		LWLockRelease(lock);
+		for (int i = 0; i < nrows; i++)
+		{
+			values[0] = PointerGetDatum(cstring_to_text_with_len(rows[i].name.name,
+																 rows[i].name.len));
+			stats_values(&rows[i].counters, values + 1);
+			values[1 + STATS_COLUMNS] = TimestampTzGetDatum(rows[i].since);
+			tuplestore_putvalues(store, desc, values, nulls);
+		}
+	}
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(tb_memory_templates);
+
+/*
+ * tb_memory_templates(): every memory template of this installation that
+ * has keys, and how many (template, keys): one look at each template,
+ * whatever the number of keys.  For whoever may read tb_template_stats,
+ * tb_stats or tb_status.
+ */
+Datum
+tb_memory_templates(PG_FUNCTION_ARGS)
+{
+	static const char *const views[] = {"tb_template_stats", "tb_stats", "tb_status", NULL};
+	TupleDesc	desc;
+	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
+	Oid			relid = installation_table(fcinfo);
+	HASH_SEQ_STATUS status;
+	MemoryTemplate *template;
+	SharedKey  *names;
+	int64	   *keys;
+	int			n = 0;
+
+	check_may_read(fcinfo, "tb_memory_templates()", views);
+	if (memory_shared == NULL || RecoveryInProgress())
+		return (Datum) 0;
+	memory_require();
+	names = palloc(sizeof(SharedKey) * MEMORY_TEMPLATES);
+	keys = palloc(sizeof(int64) * MEMORY_TEMPLATES);
+	LWLockAcquire(templates_lock(), LW_SHARED);
+	hash_seq_init(&status, template_hash);
+	while ((template = hash_seq_search(&status)) != NULL)
+	{
+		if (template->key.dbid != MyDatabaseId || template->key.relid != relid ||
+			n >= MEMORY_TEMPLATES)
+			continue;
+		names[n] = template->key;
+		keys[n++] = pg_atomic_read_u32(&template->nkeys);
+	}
+	LWLockRelease(templates_lock());
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[2];
+		bool		nulls[2] = {0};
+		char	   *name = palloc(names[i].len + 1);
+
+		memcpy(name, names[i].name, names[i].len);
+		name[names[i].len] = '*';
+		values[0] = PointerGetDatum(cstring_to_text_with_len(name, names[i].len + 1));
+		values[1] = Int64GetDatum(keys[i]);
+		tuplestore_putvalues(store, desc, values, nulls);
+	}
+	return (Datum) 0;
 }

@@ -15,6 +15,7 @@
 #include "bucket.h"
 #include "port/atomics.h"
 #include "shmem.h"
+#include "stats.h"
 #include "storage/spin.h"
 #include "utils/tuplestore.h"
 
@@ -61,10 +62,12 @@ typedef struct MemoryEntry
 	struct MemoryEntry *prev;	/* its partition's list, for the clock */
 	struct MemoryEntry *next;
 	bool		used;			/* used since the clock last passed */
+	TimestampTz since;			/* when its counters started */
 	slock_t		mutex;			/* guards the fields below */
 	int			waiter;			/* proc number of the head waiter, or -1 */
 	int			pins;			/* open changes whose undo takes tokens */
 	Bucket		bucket;
+	StatsCounters counters;		/* a template key's own (stats.c) */
 } MemoryEntry;
 
 /* A partition's entries, for the clock. */

@@ -1101,6 +1101,74 @@ memory_check_make(int len)
 				 errdetail("Memory buckets keep their names in shared memory, in a fixed space each.")));
 }
 
+/*
+ * count(): add what a transaction counted for a template's key to its
+ * committed entry (gone: its counts go with it; its template has them).
+ */
+static void
+memory_count(const SharedKey *name, const StatsCounters *delta, TimestampTz at)
+{
+	MemoryKey	key;
+	uint32		hashcode;
+	LWLock	   *lock;
+	MemoryEntry *entry;
+
+	if (memory_shared == NULL)
+		return;
+	memset(&key, 0, sizeof(key));
+	key.name = *name;
+	hashcode = memory_hashcode(&key);
+	lock = memory_partition_lock(hashcode);
+	LWLockAcquire(lock, LW_SHARED);
+	entry = memory_find(&key, hashcode);
+	if (entry != NULL)
+	{
+		SpinLockAcquire(&entry->mutex);
+		stats_counters_add(&entry->counters, delta);
+		SpinLockRelease(&entry->mutex);
+	}
+	LWLockRelease(lock);
+}
+
+/*
+ * reset_counters(): the counters of the keys of installation "relid"
+ * (with "name": that key's, or a template's keys') start from zero now.
+ */
+static void
+memory_reset_counters(Oid relid, text *name)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	bool		template = name != NULL && is_template_name(name);
+	int			len = name ? VARSIZE_ANY_EXHDR(name) - (template ? 1 : 0) : 0;
+
+	if (memory_shared == NULL || RecoveryInProgress() ||
+		len > SHARED_NAME_MAX_BYTES)
+		return;
+	for (int p = 0; p < MEMORY_PARTITIONS; p++)
+	{
+		LWLock	   *lock = &memory_shared->locks[p].lock;
+
+		LWLockAcquire(lock, LW_SHARED);
+		for (MemoryEntry *entry = memory_shared->partitions[p].head; entry; entry = entry->next)
+		{
+			const SharedKey *k = &entry->key.name;
+
+			if (k->dbid != MyDatabaseId || k->relid != relid || entry->template == NULL ||
+				(name != NULL &&
+				 (template ?
+				  entry->template->key.len != len ||
+				  memcmp(entry->template->key.name, VARDATA_ANY(name), len) != 0 :
+				  k->len != len || memcmp(k->name, VARDATA_ANY(name), len) != 0)))
+				continue;
+			SpinLockAcquire(&entry->mutex);
+			entry->since = now;
+			memset(&entry->counters, 0, sizeof(StatsCounters));
+			SpinLockRelease(&entry->mutex);
+		}
+		LWLockRelease(lock);
+	}
+}
+
 /* init(): the GUCs, shared memory and callbacks, when preloading. */
 static void
 memory_init(void)
@@ -1128,6 +1196,8 @@ const StoreRoutine memory_store = {
 	.watch = memory_watch,
 	.configure = memory_configure,
 	.forget = memory_forget,
+	.count = memory_count,
+	.reset_counters = memory_reset_counters,
 	.check_make = memory_check_make,
 	.generation = memory_generation,
 };

@@ -349,49 +349,58 @@ take_all(Oid relid, Request *requests, int nrequests, TimestampTz now)
 	return granted;
 }
 
-/* What the counters need to learn a bucket's template. */
+/* What the counters need to learn a table bucket's template. */
 typedef struct TemplateLookup
 {
 	FunctionCallInfo fcinfo;
 	Oid			relid;
 	text	   *name;
-	int			template_len;	/* known already, or -1 */
+	int			template_len;	/* what it found */
 } TemplateLookup;
 
+/* subxact_run() step: look the template up, and let go of every lock. */
+static bool
+template_step(void *arg)
+{
+	TemplateLookup *lookup = arg;
+	BucketConfig config;
+	SpiSession	session = spi_begin(lookup->fcinfo, false);
+
+	(void) catalog_find(lookup->relid, lookup->name, GetCurrentTimestamp(), false, &config);
+	spi_end(&session);
+	lookup->template_len = config.source == CONFIG_NONE ? 0 : config.template_len;
+	return false;
+}
+
 /*
- * stats_count()'s way to learn the length of a bucket's template's prefix
- * (its name without the '*'; 0: none), the first time it counts for the
- * bucket.
+ * stats_count()'s way to learn the length of the name of a table bucket's
+ * template (0: none), the first time a transaction counts for it: in a
+ * subtransaction rolled back at once, so that no lock on tb_buckets is
+ * held after it (a waiter counts before it sleeps, holding nothing).
  */
 static int
 template_of(void *arg)
 {
 	TemplateLookup *lookup = arg;
-	Request		probe = {.name = lookup->name};
-	int			len = lookup->template_len;
 
-	if (len < 0 && memory_store.peek(lookup->relid, &probe))
-		len = probe.template_len;
-	if (len < 0)
-	{
-		BucketConfig config;
-		SpiSession	session = spi_begin(lookup->fcinfo, false);
-
-		(void) catalog_find(lookup->relid, lookup->name, GetCurrentTimestamp(), false, &config);
-		spi_end(&session);
-		len = config.source == CONFIG_NONE ? 0 : config.template_len;
-	}
-	return len > 0 ? len - 1 : 0;
+	(void) subxact_run(template_step, lookup, 0, NULL);
+	return lookup->template_len;
 }
 
-/* Count "delta" for bucket "name" when the transaction ends (stats.c). */
+/*
+ * Count "delta" for bucket "name" when the transaction ends (stats.c).
+ * "template_len" is what the memory store said of it (a key made from a
+ * memory template keeps its own counters in its entry), or -1: a table
+ * bucket, whose template stats.c looks up when it needs to.
+ */
 static void
 count(FunctionCallInfo fcinfo, text *name, int template_len,
 	  const StatsCounters *delta, TimestampTz now)
 {
-	TemplateLookup lookup = {fcinfo, installation_table(fcinfo), name, template_len};
+	TemplateLookup lookup = {fcinfo, installation_table(fcinfo), name, 0};
 
-	stats_count(lookup.relid, name, delta, template_of, &lookup, now);
+	stats_count(lookup.relid, name, delta, template_len, template_of, &lookup,
+				template_len > 0 ? memory_store.count : NULL, now);
 }
 
 /*
@@ -470,6 +479,31 @@ router_attempt(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 }
 
 /*
+ * A wait begins: it counts as cancelled for every bucket of the request
+ * until router_count_wait() says how it ended, so that a wait ended by an
+ * error (a cancel, statement_timeout, the session's end) is counted, even
+ * one that ends the backend: its transaction's abort adds what it counted.
+ */
+void
+router_count_wait_begin(FunctionCallInfo fcinfo, const Request *requests,
+						int nrequests)
+{
+	TimestampTz now;
+
+	if (!stats_enabled())
+		return;
+	now = GetCurrentTimestamp();
+	for (int i = 0; i < nrequests; i++)
+	{
+		StatsCounters delta = {.cancelled = 1};
+		Request		probe = {.name = requests[i].name, .template_len = -1};
+
+		(void) memory_store.peek(installation_table(fcinfo), &probe);
+		count(fcinfo, requests[i].name, probe.template_len, &delta, now);
+	}
+}
+
+/*
  * Count the outcome of a wait for every bucket of the request: a grant or a
  * timeout, and how long it waited ("waited_usecs" -1: it did not).
  */
@@ -484,7 +518,7 @@ router_count_wait(FunctionCallInfo fcinfo, const Request *requests,
 	now = GetCurrentTimestamp();
 	for (int i = 0; i < nrequests; i++)
 	{
-		StatsCounters delta = {0};
+		StatsCounters delta = {.cancelled = -1};
 
 		delta.granted = granted ? 1 : 0;
 		delta.granted_tokens = granted ? requests[i].cost : 0;
@@ -493,6 +527,23 @@ router_count_wait(FunctionCallInfo fcinfo, const Request *requests,
 		delta.wait_usecs = Max(waited_usecs, 0);
 		count(fcinfo, requests[i].name, requests[i].template_len, &delta, now);
 	}
+}
+
+/*
+ * Start the counters of bucket "name" from zero (of a template: its own
+ * and those of every bucket made from it), or with NULL, those of every
+ * bucket of the installation: in the counters, and in every store that
+ * keeps its keys' counters.
+ */
+void
+router_reset_counters(FunctionCallInfo fcinfo, text *name)
+{
+	Oid			relid = installation_table(fcinfo);
+
+	stats_reset(relid, name);
+	for (int i = 0; i < NUM_STORES; i++)
+		if (stores[i]->reset_counters != NULL)
+			stores[i]->reset_counters(relid, name);
 }
 
 /*
@@ -555,7 +606,12 @@ router_update(FunctionCallInfo fcinfo, text *name, BucketChange change,
 	check_debt(name, &after);
 	spi_end(&session);
 	if (delta != NULL && stats_enabled())
-		count(fcinfo, name, -1, delta, now);
+	{
+		Request		probe = {.name = name, .template_len = -1};
+
+		(void) memory_store.peek(relid, &probe);
+		count(fcinfo, name, probe.template_len, delta, now);
+	}
 	return after;
 }
 

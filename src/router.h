@@ -24,8 +24,11 @@ extern bool router_take(FunctionCallInfo fcinfo, Request *requests,
 						int nrequests, TimestampTz now);
 extern bool router_attempt(FunctionCallInfo fcinfo, Request *requests,
 						   int nrequests, TimestampTz now);
+extern void router_count_wait_begin(FunctionCallInfo fcinfo,
+								   const Request *requests, int nrequests);
 extern void router_count_wait(FunctionCallInfo fcinfo, const Request *requests,
 							  int nrequests, bool granted, int64 waited_usecs);
+extern void router_reset_counters(FunctionCallInfo fcinfo, text *name);
 extern bool router_watch(FunctionCallInfo fcinfo, Request *requests,
 						 int nrequests, bool on);
 extern void router_peek(FunctionCallInfo fcinfo, Request *request,

@@ -1,30 +1,39 @@
 /*-------------------------------------------------------------------------
  *
  * stats.c
- *	  Counters of what each bucket did (grants, denials, waits, timeouts,
- *	  refunds, pauses), exact across every backend.
+ *	  Counters of what each bucket and template did (grants, denials,
+ *	  waits, timeouts, cancelled waits, refunds, pauses), exact across
+ *	  every backend, at a cost that does not grow with the number of keys.
  *
- * The counters live in a fixed-size shared hash (the library preloaded),
- * keyed like the memory store's by database, tb_buckets table and name:
- * an entry per bucket used, and one per template that also gets the
- * counts of every bucket made from it.  A call finds its buckets' entries
- * (making them the first time, which is when it learns a bucket's
- * template) under the hash's LWLock held shared, exclusive only to add or
- * remove entries; what it did is kept in the backend until the
- * transaction ends, and then added under each entry's spinlock.  Grants,
- * refunds and pauses count only if the transaction commits (a rollback
- * gives them back); denials, waits and timeouts count either way: the
- * caller saw them.  No WAL, no row, no lock held across anything that
- * can sleep or fail.
+ * As PostgreSQL's own cumulative statistics do, a backend keeps what its
+ * transaction counted, per bucket and nest level, and adds it to shared
+ * memory when the transaction ends: grants, refunds and pauses only if it
+ * commits (a rollback, of a savepoint too, gives them back); denials,
+ * waits, timeouts and cancelled waits either way.  A call on the hot path
+ * touches only backend memory.
  *
- * Each entry remembers when it was made ("since"), and each installation
- * when its counters were last reset, for its buckets without an entry.
- * Counters start from zero whenever the server starts, a restart after a
- * crash included.  When the hash is full, the entries used longest ago go,
- * 5% at a time: those of buckets made from templates first (their
- * template's entry keeps their counts), then those of named buckets;
- * templates' entries never.  A bucket whose entry went starts again from
- * zero, with a new "since".
+ * In shared memory, a fixed-size hash partitioned as the lock table is:
+ * an entry per template, per named bucket, and per key a table template
+ * made; the installation's own entry says since when its buckets without
+ * an entry count.  Every count of a key is added to its template's entry
+ * as well, so templates' counters are exact whatever happens to keys'
+ * entries.  Keys made from a memory template keep their own counters in
+ * their memory entry (a StatsSink the router hands over): made and
+ * dropped with it, no entry here.  When the hash is full, the clock takes
+ * the entry of a key used longest ago (a few partitions at a time,
+ * without waiting for a busy one); named buckets' entries go only when
+ * there is no key's left, templates' never.  A count for an entry that
+ * went is added to a new one: it is never dropped, only its "since" is
+ * new.  No call takes an exclusive lock but to make an entry, and no scan
+ * is ever made on a call's behalf.
+ *
+ * Names longer than an entry holds (128 bytes) are kept under their first
+ * 120 bytes and a 64-bit hash of the whole name; tb_stats_key() gives the
+ * views that key, to join on.
+ *
+ * A clean shutdown saves every counter to a file read back at the next
+ * start (shmem.c's StateFile): counters start again from zero only after
+ * a crash, or by tb_stats_reset().
  *
  * src/stats.c
  *
@@ -33,60 +42,99 @@
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "funcapi.h"
-#include "miscadmin.h"
-#include "storage/lwlock.h"
-#include "storage/spin.h"
 #include "common.h"
+#include "common/hashfn.h"
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "pgstat.h"
 #include "shmem.h"
 #include "stats.h"
+#include "storage/lwlock.h"
+#include "storage/spin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-/* removed at once when the hash is full, as in memory_store.c */
-#define EVICT_FRACTION	0.05
+/* partitions of the hash, each with its LWLock (a power of 2) */
+#define STATS_PARTITIONS	16
 
-/* counts kept allocated between transactions */
-#define PENDINGS_KEPT	64
+/* a long name's key: its first bytes, then a hash of it all */
+#define LONG_NAME_PREFIX	(SHARED_NAME_MAX_BYTES - 8)
 
-/*
- * The counters of a bucket, of a template's buckets, or of what one call
- * did.  Tokens are float8 sums: exact for whole tokens up to 2^53.
- */
+/* the clock: partitions looked in per entry made, entries per partition */
+#define CLOCK_PARTITIONS	4
+#define CLOCK_ENTRIES		32
+
+/* the counters a clean shutdown keeps */
+#define STATE_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/tokenbucket.counters"
+#define STATE_MAGIC		0x74624331	/* "tbC1" */
+#define STATE_FORMAT	1
+
+/* What an entry counts for. */
+typedef enum StatsKind
+{
+	STATS_INSTALLATION,			/* since when buckets without an entry count */
+	STATS_TEMPLATE,
+	STATS_NAMED,				/* a bucket with its own row */
+	STATS_KEY					/* a bucket a table template made */
+} StatsKind;
+
 typedef struct StatsEntry
 {
-	SharedKey	key;			/* first: the hash's key; len 0: the
-								 * installation's own entry */
-	uint64		serial;			/* new for every entry made; 0 once removed */
-	struct StatsEntry *template;	/* its template's entry, or NULL */
-	uint64		template_serial;	/* of that entry */
+	SharedKey	key;			/* first: the hash's key */
+	uint32		hashcode;
+	uint8		kind;			/* StatsKind */
+	bool		used;			/* counted in since the clock passed */
+	uint16		template_len;	/* a key's template's name's length */
+	struct StatsEntry *prev;	/* its partition's list, for the clock */
+	struct StatsEntry *next;
 	TimestampTz since;			/* when counting started */
-	slock_t		mutex;			/* guards the fields below */
-	TimestampTz used_at;		/* when a call last counted in it */
+	slock_t		mutex;			/* guards the counters */
 	StatsCounters counters;
 } StatsEntry;
 
-/* Shared state besides the hash. */
+typedef struct StatsPartition
+{
+	StatsEntry *head;
+	StatsEntry *hand;			/* the entry the clock looks at next */
+} StatsPartition;
+
 typedef struct StatsShared
 {
-	LWLock	   *lock;			/* shared to use entries, exclusive to add or remove */
-	TimestampTz started_at;		/* the counters began: the server's (re)start */
-	pg_atomic_uint64 serials;	/* entries made so far */
+	LWLockPadded *locks;		/* STATS_PARTITIONS */
+	TimestampTz started_at;		/* the counters began: the server's start */
+	pg_atomic_uint32 keys;		/* entries of kind STATS_KEY */
+	pg_atomic_uint32 clock;		/* the partition the clock looks in next */
+	StatsPartition partitions[STATS_PARTITIONS];
 } StatsShared;
 
-/* What a call did to a bucket, counted when its transaction ends. */
+/* What a transaction counted for a bucket at a nest level. */
+typedef struct PendingId
+{
+	SharedKey	key;			/* zeroed past the name: hashed whole */
+	int			level;
+} PendingId;
+
 typedef struct Pending
 {
-	StatsEntry *entry;
-	uint64		serial;
-	StatsEntry *template;		/* NULL: none */
-	uint64		template_serial;
-	int			level;			/* transaction nest level */
+	PendingId	id;				/* first: the hash's key */
+	int			template_len;	/* its template's name's length, 0: none */
+	SharedKey	template;		/* and its key */
+	StatsSink	sink;			/* where its own counts go; NULL: here */
 	TimestampTz at;
 	StatsCounters counters;
 } Pending;
+
+/* installations (or databases) whose counters go at commit */
+typedef struct Forget
+{
+	Oid			dbid;
+	Oid			relid;			/* InvalidOid: every one of the database */
+	int			level;
+} Forget;
 
 /* GUCs */
 static bool track_stats = true;
@@ -96,59 +144,117 @@ static int	max_stats_buckets = 10000;
 static StatsShared *shared = NULL;
 static HTAB *hash = NULL;
 
-/*
- * The entries this backend counted in last, and the key they belong to:
- * a bucket called again and again needs no lookup.
- */
-static SharedKey last_key;
-static Pending last = {0};
-
-/* installations (or databases) whose counters go at commit */
-typedef struct Forget
-{
-	Oid			dbid;
-	Oid			relid;			/* InvalidOid: every one of the database */
-	int			level;
-} Forget;
+/* this backend's transaction, in pending_context */
+static MemoryContext pending_context = NULL;
+static HTAB *pendings = NULL;
+static Pending *last = NULL;	/* the pending counted in last */
 static List *forgets = NIL;
 
-/* this backend's transaction */
-static Pending *pendings = NULL;
-static int	npendings = 0;
-static int	maxpendings = 0;
-
-/* Shared memory the counters need. */
-static Size
-stats_shmem_size(void)
+/* hash_search() support for a counter's key */
+static uint32
+stats_key_hash(const void *key, Size keysize)
 {
-	return add_size(MAXALIGN(sizeof(StatsShared)),
-					shmem_hash_size(max_stats_buckets, sizeof(StatsEntry)));
+	const SharedKey *k = key;
+
+	return hash_combine(hash_combine(k->dbid, k->relid),
+						hash_bytes((const unsigned char *) k->name,
+								   Min(k->len, SHARED_NAME_MAX_BYTES)) ^ k->len);
 }
 
-/* Their lock. */
+/* hash_search() support for a counter's key: 0 when equal. */
 static int
-stats_shmem_locks(void)
+stats_key_match(const void *key1, const void *key2, Size keysize)
 {
-	return 1;
+	const SharedKey *a = key1;
+	const SharedKey *b = key2;
+
+	return !(a->dbid == b->dbid && a->relid == b->relid && a->len == b->len &&
+			 memcmp(a->name, b->name, Min(a->len, SHARED_NAME_MAX_BYTES)) == 0);
 }
 
 /*
- * SharedArea attach: find the counters, or (the postmaster, at its start
- * or its restart after a crash) start them from zero.
+ * The counters' key of "name" ("len" bytes) of installation "relid",
+ * zeroed past the name: a long name as its first LONG_NAME_PREFIX bytes
+ * and a 64-bit hash of the whole.
  */
 static void
-stats_attach(LWLockPadded *locks)
+stats_key(SharedKey *key, Oid relid, const char *name, int len)
 {
-	bool		found;
+	memset(key, 0, sizeof(SharedKey));
+	key->dbid = MyDatabaseId;
+	key->relid = relid;
+	key->len = len;
+	if (len <= SHARED_NAME_MAX_BYTES)
+		memcpy(key->name, name, len);
+	else
+	{
+		uint64		h = hash_bytes_extended((const unsigned char *) name, len, 0);
 
-	shared = shmem_struct("tokenbucket stats", sizeof(StatsShared), &found);
-	hash = shmem_hash("tokenbucket counters", max_stats_buckets, sizeof(SharedKey),
-					  sizeof(StatsEntry), shared_key_hash, shared_key_match, 0);
-	if (found)
-		return;
-	shared->lock = &locks[0].lock;
-	shared->started_at = GetCurrentTimestamp();
-	pg_atomic_init_u64(&shared->serials, 1);
+		memcpy(key->name, name, LONG_NAME_PREFIX);
+		memcpy(key->name + LONG_NAME_PREFIX, &h, sizeof(h));
+	}
+}
+
+/*
+ * The text a view joins a key on: a name that fits, else its first bytes
+ * (to a character's boundary), an ellipsis and its hash.
+ */
+static text *
+key_text(const SharedKey *key)
+{
+	uint64		h;
+	int			prefix;
+
+	if (key->len <= SHARED_NAME_MAX_BYTES)
+		return cstring_to_text_with_len(key->name, key->len);
+	memcpy(&h, key->name + LONG_NAME_PREFIX, sizeof(h));
+	prefix = pg_mbcliplen(key->name, LONG_NAME_PREFIX, LONG_NAME_PREFIX);
+	return cstring_to_text(psprintf("%.*s...#%016" INT64_MODIFIER "x", prefix,
+									key->name, h));
+}
+
+/* Add "delta" to "sum". */
+void
+stats_counters_add(StatsCounters *sum, const StatsCounters *delta)
+{
+	sum->granted += delta->granted;
+	sum->granted_tokens += delta->granted_tokens;
+	sum->denied += delta->denied;
+	sum->waited += delta->waited;
+	sum->wait_usecs += delta->wait_usecs;
+	sum->timeouts += delta->timeouts;
+	sum->refunded_tokens += delta->refunded_tokens;
+	sum->pauses += delta->pauses;
+	sum->cancelled += delta->cancelled;
+}
+
+/* Forget the counts a rollback gives back: grants, refunds, pauses. */
+static void
+counters_roll_back(StatsCounters *counters)
+{
+	counters->granted = 0;
+	counters->granted_tokens = 0;
+	counters->refunded_tokens = 0;
+	counters->pauses = 0;
+}
+
+/*
+ * The SQL values of "counters" (STATS_COLUMNS of them): granted,
+ * granted_tokens, denied, waited, wait_seconds, timeouts,
+ * refunded_tokens, pauses, cancelled.
+ */
+void
+stats_values(const StatsCounters *c, Datum *values)
+{
+	values[0] = Int64GetDatum(c->granted);
+	values[1] = Float8GetDatum(c->granted_tokens);
+	values[2] = Int64GetDatum(c->denied);
+	values[3] = Int64GetDatum(c->waited);
+	values[4] = Float8GetDatum((double) c->wait_usecs / USECS_PER_SEC);
+	values[5] = Int64GetDatum(c->timeouts);
+	values[6] = Float8GetDatum(c->refunded_tokens);
+	values[7] = Int64GetDatum(c->pauses);
+	values[8] = Int64GetDatum(c->cancelled);
 }
 
 /* Whether calls are counted now: the library preloaded, and tracking on. */
@@ -170,264 +276,411 @@ stats_require(void)
 				 errhint("Add shared_preload_libraries = 'tokenbucket' to postgresql.conf and restart the server.")));
 }
 
-/* Whether "key" names a template ("prefix*"). */
-static bool
-key_is_template(const SharedKey *key)
+/* The lock of the partition of "hashcode". */
+static LWLock *
+partition_lock(uint32 hashcode)
 {
-	return key->len > 0 && key->name[key->len - 1] == '*';
+	return &shared->locks[hashcode % STATS_PARTITIONS].lock;
 }
 
-/* Remove "entry" (the caller holds the lock exclusively). */
+/* Remove "entry" (the caller holds its partition's lock exclusively). */
 static void
 remove_entry(StatsEntry *entry)
 {
-	/* a backend still counting in it sees it is gone (see count_pendings()) */
-	entry->serial = 0;
-	hash_search(hash, &entry->key, HASH_REMOVE, NULL);
-}
+	StatsPartition *partition = &shared->partitions[entry->hashcode % STATS_PARTITIONS];
 
-/* qsort() order: the entry used longest ago first. */
-static int
-used_at_cmp(const void *a, const void *b)
-{
-	TimestampTz x = (*(StatsEntry *const *) a)->used_at;
-	TimestampTz y = (*(StatsEntry *const *) b)->used_at;
-
-	return (x > y) - (x < y);
+	if (partition->hand == entry)
+		partition->hand = entry->next;
+	if (entry->prev)
+		entry->prev->next = entry->next;
+	else
+		partition->head = entry->next;
+	if (entry->next)
+		entry->next->prev = entry->prev;
+	if (entry->kind == STATS_KEY)
+		pg_atomic_fetch_sub_u32(&shared->keys, 1);
+	hash_search_with_hash_value(hash, &entry->key, entry->hashcode, HASH_REMOVE, NULL);
 }
 
 /*
- * Make room: remove the EVICT_FRACTION of entries used longest ago, of
- * template-made buckets if there are any, else of named buckets.  The
- * caller holds the lock exclusively, which no spinlock holder can be
- * without, so used_at is read as is.
+ * The clock: remove the entry of a key counted in longest ago (of a named
+ * bucket, when no key has one and "named" allows) for room.  False when
+ * the partitions it looks in this time hold none.  The caller holds no
+ * partition lock.
  */
-static void
-evict(void)
+static bool
+evict_one(bool named)
 {
-	StatsEntry **victims = palloc(sizeof(StatsEntry *) * hash_get_num_entries(hash));
-	long		goal = Max(1, (long) (max_stats_buckets * EVICT_FRACTION));
+	bool		keys = pg_atomic_read_u32(&shared->keys) > 0;
 
-	for (int pass = 0; pass < 2; pass++)
+	if (!keys && !named)
+		return false;
+	for (int i = 0; i < CLOCK_PARTITIONS * (keys ? 1 : STATS_PARTITIONS); i++)
 	{
-		HASH_SEQ_STATUS status;
-		StatsEntry *entry;
-		int			n = 0;
+		uint32		p = pg_atomic_fetch_add_u32(&shared->clock, 1) % STATS_PARTITIONS;
+		StatsPartition *partition = &shared->partitions[p];
+		bool		evicted = false;
 
-		hash_seq_init(&status, hash);
-		while ((entry = hash_seq_search(&status)) != NULL)
-			if (entry->key.len > 0 && !key_is_template(&entry->key) &&
-				(pass == 1 || entry->template != NULL))
-				victims[n++] = entry;
-		if (n == 0)
+		if (partition->head == NULL ||
+			!LWLockConditionalAcquire(&shared->locks[p].lock, LW_EXCLUSIVE))
 			continue;
-		qsort(victims, n, sizeof(StatsEntry *), used_at_cmp);
-		for (int i = 0; i < Min(n, goal); i++)
-			remove_entry(victims[i]);
-		break;
+		for (int n = 0; n < CLOCK_ENTRIES && partition->head != NULL && !evicted; n++)
+		{
+			StatsEntry *entry = partition->hand ? partition->hand : partition->head;
+
+			partition->hand = entry->next;
+			if (entry->kind != (keys ? STATS_KEY : STATS_NAMED))
+				continue;
+			if (entry->used)
+				entry->used = false;	/* a second chance */
+			else
+			{
+				remove_entry(entry);
+				evicted = true;
+			}
+		}
+		LWLockRelease(&shared->locks[p].lock);
+		if (evicted)
+			return true;
 	}
-	pfree(victims);
+	return false;
 }
 
 /*
- * The entry of "key", made now if there is none (the caller holds the lock
- * exclusively); NULL when the hash is full of entries that must stay.
+ * Add "delta" to the entry of "key", made (counting from "since") if it
+ * has none; false when there is no room for it even after the clock.
  */
-static StatsEntry *
-enter(const SharedKey *key, TimestampTz now)
+static bool
+count_in(const SharedKey *key, StatsKind kind, int template_len,
+		 const StatsCounters *delta, TimestampTz since)
 {
+	uint32		hashcode = get_hash_value(hash, key);
+	LWLock	   *lock = partition_lock(hashcode);
 	StatsEntry *entry;
 	bool		found;
 
-	entry = hash_search(hash, key, HASH_FIND, NULL);
-	if (entry != NULL)
-		return entry;
-	if (hash_get_num_entries(hash) >= max_stats_buckets)
-		evict();
-	if (hash_get_num_entries(hash) >= max_stats_buckets)
-		return NULL;
-	entry = hash_search(hash, key, HASH_ENTER, &found);
-	entry->serial = pg_atomic_fetch_add_u64(&shared->serials, 1);
-	entry->template = NULL;
-	entry->template_serial = 0;
-	entry->since = now;
-	SpinLockInit(&entry->mutex);
-	entry->used_at = now;
-	memset(&entry->counters, 0, sizeof(StatsCounters));
-	return entry;
-}
-
-/*
- * Make the entry of bucket "key" and, when "template_len" > 0, that of the
- * template ("prefix*") it was made from.  False when there is no room.
- */
-static bool
-make_entries(const SharedKey *key, int template_len, TimestampTz now)
-{
-	SharedKey	template_key;
-	StatsEntry *template = NULL;
-	StatsEntry *entry;
-
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	if (template_len > 0 &&
-		shared_key_make(&template_key, key->relid, key->name, template_len + 1))
+	for (int attempt = 0; attempt < 3; attempt++)
 	{
-		template_key.name[template_len] = '*';
-		template = enter(&template_key, now);
-	}
-	entry = enter(key, now);
-	if (entry != NULL && entry->template == NULL && template != NULL)
-	{
-		entry->template = template;
-		entry->template_serial = template->serial;
-	}
-	LWLockRelease(shared->lock);
-	return entry != NULL;
-}
-
-/*
- * Make room for one more Pending.  The array stays from one transaction to
- * the next, unless a big one grew it.
- */
-static void
-reserve_pending(void)
-{
-	if (npendings < maxpendings)
-		return;
-	maxpendings = Max(PENDINGS_KEPT, maxpendings * 2);
-	if (pendings == NULL)
-		pendings = MemoryContextAlloc(TopMemoryContext, sizeof(Pending) * maxpendings);
-	else
-		pendings = repalloc(pendings, sizeof(Pending) * maxpendings);
-}
-
-/* Add "delta" to "sum". */
-static void
-counters_add(StatsCounters *sum, const StatsCounters *delta)
-{
-	sum->granted += delta->granted;
-	sum->granted_tokens += delta->granted_tokens;
-	sum->denied += delta->denied;
-	sum->waited += delta->waited;
-	sum->wait_usecs += delta->wait_usecs;
-	sum->timeouts += delta->timeouts;
-	sum->refunded_tokens += delta->refunded_tokens;
-	sum->pauses += delta->pauses;
-}
-
-/* Forget the counts a rollback gives back: grants, refunds, pauses. */
-static void
-counters_roll_back(StatsCounters *counters)
-{
-	counters->granted = 0;
-	counters->granted_tokens = 0;
-	counters->refunded_tokens = 0;
-	counters->pauses = 0;
-}
-
-/*
- * Count "delta" for bucket "name" when the transaction ends.  The first
- * count of a bucket learns its template from "template_of" (the caller's
- * way to look it up; 0 when it has none), and makes its entry.  Nothing
- * is counted for a name too long for an entry, or when there is no room.
- */
-void
-stats_count(Oid relid, text *name, const StatsCounters *delta,
-			int (*template_of) (void *arg), void *arg, TimestampTz now)
-{
-	SharedKey	key;
-	StatsEntry *entry;
-	Pending    *pending;
-	int			level = GetCurrentTransactionNestLevel();
-
-	if (!stats_enabled() || !shared_key_text(&key, relid, name))
-		return;
-	reserve_pending();
-	pending = &pendings[npendings];
-
-	/*
-	 * The entry counted in last, if it is this bucket's and still there.
-	 * Its serial is read without the lock: a removal or a reset that
-	 * changes it while we read is one that happened just after this call,
-	 * whose counts it then drops, as it drops those of any open transaction.
-	 */
-	entry = NULL;
-	if (last.entry != NULL && shared_key_match(&last_key, &key, 0) == 0 &&
-		((volatile StatsEntry *) last.entry)->serial == last.serial)
-	{
-		entry = last.entry;
-		*pending = last;
-	}
-	for (int attempt = 0; attempt < 2 && entry == NULL; attempt++)
-	{
-		LWLockAcquire(shared->lock, LW_SHARED);
-		entry = hash_search(hash, &key, HASH_FIND, NULL);
+		LWLockAcquire(lock, LW_SHARED);
+		entry = hash_search_with_hash_value(hash, key, hashcode, HASH_FIND, NULL);
 		if (entry != NULL)
 		{
-			pending->entry = entry;
-			pending->serial = entry->serial;
-			pending->template = entry->template;
-			pending->template_serial = entry->template_serial;
-			last = *pending;
-			last_key = key;
+			if (!entry->used)
+				entry->used = true;
+			SpinLockAcquire(&entry->mutex);
+			stats_counters_add(&entry->counters, delta);
+			SpinLockRelease(&entry->mutex);
+			LWLockRelease(lock);
+			return true;
 		}
-		LWLockRelease(shared->lock);
-		if (entry == NULL && (attempt > 0 || !make_entries(&key, template_of(arg), now)))
-			break;
-	}
-	if (entry == NULL)
-		return;
+		LWLockRelease(lock);
 
-	/* the same bucket again at the same level: one count */
-	if (npendings > 0 && pendings[npendings - 1].entry == pending->entry &&
-		pendings[npendings - 1].serial == pending->serial &&
-		pendings[npendings - 1].level == level)
-		pending = &pendings[npendings - 1];
-	else
-	{
-		pending->level = level;
-		memset(&pending->counters, 0, sizeof(StatsCounters));
-		npendings++;
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		entry = hash_search_with_hash_value(hash, key, hashcode, HASH_ENTER_NULL, &found);
+		if (entry != NULL && !found)
+		{
+			StatsPartition *partition = &shared->partitions[hashcode % STATS_PARTITIONS];
+
+			entry->hashcode = hashcode;
+			entry->kind = kind;
+			entry->used = true;
+			entry->template_len = template_len;
+			entry->since = since;
+			SpinLockInit(&entry->mutex);
+			memset(&entry->counters, 0, sizeof(StatsCounters));
+			entry->prev = NULL;
+			entry->next = partition->head;
+			if (partition->head)
+				partition->head->prev = entry;
+			partition->head = entry;
+			if (kind == STATS_KEY)
+				pg_atomic_fetch_add_u32(&shared->keys, 1);
+		}
+		LWLockRelease(lock);
+		if (entry != NULL)
+			continue;			/* made (or found): count in it */
+		/* full: a key's entry makes room, a named one's only for these */
+		if (!evict_one(kind != STATS_KEY))
+			return false;
 	}
-	pending->at = now;
-	counters_add(&pending->counters, delta);
+	return false;
 }
 
-/* Add what an entry of Pending names to it, if it is still there. */
-static void
-count_in(StatsEntry *entry, uint64 serial, const Pending *pending)
+/* The installation's own entry: when its counters were last reset. */
+static TimestampTz
+installation_since(Oid relid)
 {
-	if (entry == NULL || entry->serial != serial)
-		return;					/* removed since: reset, or made room */
-	SpinLockAcquire(&entry->mutex);
-	counters_add(&entry->counters, &pending->counters);
-	entry->used_at = Max(entry->used_at, pending->at);
-	SpinLockRelease(&entry->mutex);
+	SharedKey	key;
+	uint32		hashcode;
+	StatsEntry *entry;
+	TimestampTz since;
+
+	stats_key(&key, relid, "", 0);
+	hashcode = get_hash_value(hash, &key);
+	LWLockAcquire(partition_lock(hashcode), LW_SHARED);
+	entry = hash_search_with_hash_value(hash, &key, hashcode, HASH_FIND, NULL);
+	since = entry ? Max(entry->since, shared->started_at) : shared->started_at;
+	LWLockRelease(partition_lock(hashcode));
+	return since;
 }
 
 /*
- * Add every pending count to its entries (and its template's), and forget
- * them.  Removal takes the lock exclusively, so under it held shared an
- * entry whose serial is unchanged is still the one counted in.
+ * The length of the name of the template of the bucket of "key" as its
+ * entry here knows it (0: none), or -1 when it has no entry.
+ */
+static int
+known_template(const SharedKey *key)
+{
+	uint32		hashcode = get_hash_value(hash, key);
+	StatsEntry *entry;
+	int			template_len = -1;
+
+	LWLockAcquire(partition_lock(hashcode), LW_SHARED);
+	entry = hash_search_with_hash_value(hash, key, hashcode, HASH_FIND, NULL);
+	if (entry != NULL)
+		template_len = entry->kind == STATS_KEY ? entry->template_len : 0;
+	LWLockRelease(partition_lock(hashcode));
+	return template_len;
+}
+
+/*
+ * Count "delta" for bucket "name" of installation "relid" when the
+ * transaction ends.  "template_len" is the length of its template's name
+ * (with the '*'; 0: none), or -1 when the caller does not know it: then
+ * "template_of" says it (the caller's way to look it up), once per
+ * bucket and transaction, unless the bucket's entry knows.  With "sink",
+ * the bucket's own counts go there, and only its template's here.
+ */
+void
+stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
+			int (*template_of) (void *arg), void *arg, StatsSink sink,
+			TimestampTz now)
+{
+	PendingId	id;
+	Pending    *pending;
+	bool		found;
+
+	if (!stats_enabled())
+		return;
+	memset(&id, 0, sizeof(id));
+	stats_key(&id.key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+	id.level = GetCurrentTransactionNestLevel();
+
+	/* the bucket counted in last, again: nothing to look up */
+	if (last != NULL && memcmp(&last->id, &id, sizeof(id)) == 0)
+		pending = last;
+	else if (pendings != NULL &&
+			 (pending = hash_search(pendings, &id, HASH_FIND, NULL)) != NULL)
+	{
+		/* a store that keeps its keys' counters knows it now */
+		if (sink != NULL)
+			pending->sink = sink;
+		last = pending;
+	}
+	else
+	{
+		if (pendings == NULL)
+		{
+			HASHCTL		info;
+
+			if (pending_context == NULL)
+				pending_context = AllocSetContextCreate(TopMemoryContext, "tokenbucket counts",
+														ALLOCSET_SMALL_SIZES);
+			info.keysize = sizeof(PendingId);
+			info.entrysize = sizeof(Pending);
+			info.hcxt = pending_context;
+			pendings = hash_create("tokenbucket counts", 64, &info,
+								   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		}
+		pending = hash_search(pendings, &id, HASH_ENTER, &found);
+		if (!found)
+		{
+			if (template_len < 0)
+				template_len = known_template(&id.key);
+			pending->template_len = template_len >= 0 ? template_len : template_of(arg);
+			if (pending->template_len > 0)
+			{
+				char	   *t = palloc(pending->template_len);
+
+				memcpy(t, VARDATA_ANY(name), pending->template_len - 1);
+				t[pending->template_len - 1] = '*';
+				stats_key(&pending->template, relid, t, pending->template_len);
+				pfree(t);
+			}
+			pending->sink = sink;
+			memset(&pending->counters, 0, sizeof(StatsCounters));
+		}
+		last = pending;
+	}
+	pending->at = now;
+	stats_counters_add(&pending->counters, delta);
+}
+
+/*
+ * Add what a pending count holds to its entries: its template's, and its
+ * own (here, or its sink).
  */
 static void
-count_pendings(void)
+flush_one(const Pending *pending)
 {
-	if (npendings == 0)
+	const SharedKey *key = &pending->id.key;
+
+	if (pending->template_len > 0)
+		(void) count_in(&pending->template, STATS_TEMPLATE, 0, &pending->counters,
+						pending->at);
+	if (pending->sink != NULL)
+		pending->sink(key, &pending->counters, pending->at);
+	else
+		(void) count_in(key, pending->template_len > 0 ? STATS_KEY : STATS_NAMED,
+						pending->template_len, &pending->counters, pending->at);
+}
+
+/* Add every pending count to shared memory ("abort": only what stays). */
+static void
+flush(bool abort)
+{
+	HASH_SEQ_STATUS status;
+	Pending    *pending;
+
+	if (pendings == NULL)
 		return;
-	LWLockAcquire(shared->lock, LW_SHARED);
-	for (int i = 0; i < npendings; i++)
+	hash_seq_init(&status, pendings);
+	while ((pending = hash_seq_search(&status)) != NULL)
 	{
-		count_in(pendings[i].entry, pendings[i].serial, &pendings[i]);
-		count_in(pendings[i].template, pendings[i].template_serial, &pendings[i]);
+		if (abort)
+			counters_roll_back(&pending->counters);
+		flush_one(pending);
 	}
-	LWLockRelease(shared->lock);
-	npendings = 0;
-	if (maxpendings > PENDINGS_KEPT)
+}
+
+/* Remove the entries of what the committed transaction dropped. */
+static void
+apply_forgets(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, forgets)
 	{
-		pfree(pendings);
-		pendings = NULL;
-		maxpendings = 0;
+		Forget	   *forget = lfirst(lc);
+
+		for (int p = 0; p < STATS_PARTITIONS; p++)
+		{
+			StatsEntry *entry;
+
+			LWLockAcquire(&shared->locks[p].lock, LW_EXCLUSIVE);
+			entry = shared->partitions[p].head;
+			while (entry != NULL)
+			{
+				StatsEntry *next = entry->next;
+
+				if (entry->key.dbid == forget->dbid &&
+					(forget->relid == InvalidOid || entry->key.relid == forget->relid))
+					remove_entry(entry);
+				entry = next;
+			}
+			LWLockRelease(&shared->locks[p].lock);
+		}
+	}
+}
+
+/* Forget the transaction's counts (at its end). */
+static void
+reset_transaction(void)
+{
+	pendings = NULL;
+	last = NULL;
+	forgets = NIL;
+	if (pending_context != NULL)
+		MemoryContextReset(pending_context);
+}
+
+/*
+ * XactCallback: at commit (or PREPARE, which is where a prepared
+ * transaction's calls are counted), everything; at abort, what a rollback
+ * does not give back.
+ */
+static void
+stats_xact_callback(XactEvent event, void *arg)
+{
+	if (shared == NULL)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			flush(true);
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PREPARE:
+			flush(false);
+			if (forgets != NIL)
+				apply_forgets();
+			break;
+		default:
+			return;
+	}
+	reset_transaction();
+}
+
+/*
+ * SubXactCallback: an aborted subtransaction's grants, refunds and pauses
+ * are given back; what is left, and all a committed one counted, becomes
+ * its parent's.
+ */
+static void
+stats_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	bool		abort = event == SUBXACT_EVENT_ABORT_SUB;
+	ListCell   *lc;
+
+	if (shared == NULL || (!abort && event != SUBXACT_EVENT_COMMIT_SUB))
+		return;
+	foreach(lc, forgets)
+	{
+		Forget	   *forget = lfirst(lc);
+
+		if (forget->level < level)
+			continue;
+		if (abort)
+			forgets = foreach_delete_current(forgets, lc);
+		else
+			forget->level = level - 1;
+	}
+	if (pendings != NULL)
+	{
+		HASH_SEQ_STATUS status;
+		Pending    *pending;
+		List	   *moved = NIL;
+
+		/* the level's counts, out of the hash first (it is being changed) */
+		hash_seq_init(&status, pendings);
+		while ((pending = hash_seq_search(&status)) != NULL)
+			if (pending->id.level >= level)
+				moved = lappend(moved, pending);
+		foreach(lc, moved)
+		{
+			Pending		copy = *(Pending *) lfirst(lc);
+			Pending    *parent;
+			bool		found;
+
+			(void) hash_search(pendings, &copy.id, HASH_REMOVE, NULL);
+			if (abort)
+				counters_roll_back(&copy.counters);
+			copy.id.level = level - 1;
+			parent = hash_search(pendings, &copy.id, HASH_ENTER, &found);
+			if (found)
+			{
+				stats_counters_add(&parent->counters, &copy.counters);
+				parent->at = Max(parent->at, copy.at);
+			}
+			else
+				*parent = copy;
+		}
+		list_free(moved);
+		last = NULL;
 	}
 }
 
@@ -453,92 +706,170 @@ stats_forget(Oid dbid, Oid relid)
 	MemoryContextSwitchTo(old);
 }
 
-/* Remove the entries of what the committed transaction dropped. */
-static void
-apply_forgets(void)
-{
-	HASH_SEQ_STATUS status;
-	StatsEntry *entry;
-	ListCell   *lc;
-
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	foreach(lc, forgets)
-	{
-		Forget	   *forget = lfirst(lc);
-
-		hash_seq_init(&status, hash);
-		while ((entry = hash_seq_search(&status)) != NULL)
-			if (entry->key.dbid == forget->dbid &&
-				(forget->relid == InvalidOid || entry->key.relid == forget->relid))
-				remove_entry(entry);
-	}
-	LWLockRelease(shared->lock);
-	last.entry = NULL;
-}
-
 /*
- * XactCallback: at commit (or PREPARE, which is where a prepared
- * transaction's calls are counted), everything; at abort, what a rollback
- * does not give back.
+ * Start the counters of bucket "name" from zero now (of a template: its
+ * own and those of the keys made from it that have entries here), or
+ * with NULL, those of every bucket of installation "relid".  Counts of
+ * transactions still open are added after the reset.
  */
-static void
-stats_xact_callback(XactEvent event, void *arg)
+void
+stats_reset(Oid relid, text *name)
 {
-	switch (event)
+	TimestampTz now = GetCurrentTimestamp();
+	SharedKey	key;
+	bool		template = false;
+
+	stats_require();
+	if (name != NULL)
 	{
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			for (int i = 0; i < npendings; i++)
-				counters_roll_back(&pendings[i].counters);
-			count_pendings();
-			break;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PREPARE:
-			count_pendings();
-			if (forgets != NIL)
-				apply_forgets();
-			break;
-		default:
-			return;
+		stats_key(&key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+		template = is_template_name(name);
 	}
-	forgets = NIL;
-}
-
-/*
- * SubXactCallback: an aborted subtransaction's grants, refunds and pauses
- * are given back; what is left, and all a committed one counted, becomes
- * its parent's.
- */
-static void
-stats_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					   SubTransactionId parentSubid, void *arg)
-{
-	int			level = GetCurrentTransactionNestLevel();
-
-	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
-		return;
+	for (int p = 0; p < STATS_PARTITIONS; p++)
 	{
-		ListCell   *lc;
+		StatsEntry *entry;
 
-		foreach(lc, forgets)
+		LWLockAcquire(&shared->locks[p].lock, LW_EXCLUSIVE);
+		entry = shared->partitions[p].head;
+		while (entry != NULL)
 		{
-			Forget	   *forget = lfirst(lc);
+			StatsEntry *next = entry->next;
 
-			if (forget->level < level)
-				continue;
-			if (event == SUBXACT_EVENT_ABORT_SUB)
-				forgets = foreach_delete_current(forgets, lc);
-			else
-				forget->level = level - 1;
+			if (entry->key.dbid == MyDatabaseId && entry->key.relid == relid)
+			{
+				if (name == NULL)
+					remove_entry(entry);
+				else if (stats_key_match(&entry->key, &key, 0) == 0 ||
+						 (template && entry->kind == STATS_KEY &&
+						  entry->template_len == key.len &&
+						  memcmp(entry->key.name, key.name,
+								 Min(key.len - 1, LONG_NAME_PREFIX)) == 0))
+				{
+					entry->since = now;
+					memset(&entry->counters, 0, sizeof(StatsCounters));
+				}
+			}
+			entry = next;
+		}
+		LWLockRelease(&shared->locks[p].lock);
+	}
+	if (name == NULL)
+	{
+		StatsCounters none = {0};
+
+		stats_key(&key, relid, "", 0);
+		(void) count_in(&key, STATS_INSTALLATION, 0, &none, now);
+	}
+}
+
+/* Shared memory the counters need. */
+static Size
+stats_shmem_size(void)
+{
+	return add_size(MAXALIGN(sizeof(StatsShared)),
+					shmem_hash_size(max_stats_buckets, sizeof(StatsEntry)));
+}
+
+/* Their locks: a partition's each. */
+static int
+stats_shmem_locks(void)
+{
+	return STATS_PARTITIONS;
+}
+
+/* SharedArea attach: the struct and the hash, made the first time. */
+static void
+stats_attach(LWLockPadded *locks)
+{
+	bool		found;
+
+	shared = shmem_struct("tokenbucket stats", sizeof(StatsShared), &found);
+	hash = shmem_hash("tokenbucket counters", max_stats_buckets, sizeof(SharedKey),
+					  sizeof(StatsEntry), stats_key_hash, stats_key_match,
+					  STATS_PARTITIONS);
+	if (found)
+		return;
+	memset(shared, 0, sizeof(StatsShared));
+	shared->locks = locks;
+	pg_atomic_init_u32(&shared->keys, 0);
+	pg_atomic_init_u32(&shared->clock, 0);
+}
+
+/* SharedArea shutdown: keep every counter in the state file. */
+static void
+stats_save(void)
+{
+	StateFile	sf;
+	int64		count = hash_get_num_entries(hash);
+
+	if (!state_save_begin(&sf, STATE_FILE, STATE_MAGIC, STATE_FORMAT))
+		return;
+	state_save(&sf, &shared->started_at, sizeof(TimestampTz));
+	state_save(&sf, &count, sizeof(count));
+	for (int p = 0; p < STATS_PARTITIONS; p++)
+		for (StatsEntry *entry = shared->partitions[p].head; entry; entry = entry->next)
+		{
+			state_save(&sf, &entry->key, offsetof(SharedKey, name) +
+					   Min(entry->key.len, SHARED_NAME_MAX_BYTES));
+			state_save(&sf, &entry->kind, sizeof(entry->kind));
+			state_save(&sf, &entry->template_len, sizeof(entry->template_len));
+			state_save(&sf, &entry->since, sizeof(entry->since));
+			state_save(&sf, &entry->counters, sizeof(StatsCounters));
+		}
+	(void) state_save_end(&sf);
+}
+
+/*
+ * SharedArea startup, in the postmaster: the counters a clean shutdown
+ * kept, or zero from now.
+ */
+static void
+stats_startup(void)
+{
+	StateFile	sf;
+	bool		existed;
+	int64		count;
+	TimestampTz started_at;
+
+	shared->started_at = GetCurrentTimestamp();
+	if (!state_load_begin(&sf, STATE_FILE, STATE_MAGIC, STATE_FORMAT,
+						  "The counters start from zero.", &existed))
+		return;
+	if (state_load(&sf, &started_at, sizeof(started_at)) &&
+		state_load(&sf, &count, sizeof(count)))
+	{
+		for (int64 i = 0; i < count; i++)
+		{
+			SharedKey	key;
+			uint8		kind;
+			uint16		template_len;
+			TimestampTz since;
+			StatsCounters counters;
+
+			memset(&key, 0, sizeof(key));
+			if (!state_load(&sf, &key, offsetof(SharedKey, name)) ||
+				!state_load(&sf, key.name, Min(key.len, SHARED_NAME_MAX_BYTES)) ||
+				!state_load(&sf, &kind, sizeof(kind)) ||
+				!state_load(&sf, &template_len, sizeof(template_len)) ||
+				!state_load(&sf, &since, sizeof(since)) ||
+				!state_load(&sf, &counters, sizeof(counters)))
+				break;
+			if (kind > STATS_KEY || !count_in(&key, kind, template_len, &counters, since))
+			{
+				sf.failed = true;
+				break;
+			}
 		}
 	}
-	for (int i = npendings - 1; i >= 0 && pendings[i].level >= level; i--)
+	if (!state_load_end(&sf))
 	{
-		if (event == SUBXACT_EVENT_ABORT_SUB)
-			counters_roll_back(&pendings[i].counters);
-		pendings[i].level = level - 1;
+		/* what was read is not to be trusted either */
+		for (int p = 0; p < STATS_PARTITIONS; p++)
+			while (shared->partitions[p].head != NULL)
+				remove_entry(shared->partitions[p].head);
+		return;
 	}
+	shared->started_at = started_at;
 }
 
 static const SharedArea stats_area = {
@@ -546,8 +877,8 @@ static const SharedArea stats_area = {
 	.size = stats_shmem_size,
 	.nlocks = stats_shmem_locks,
 	.attach = stats_attach,
-	.startup = NULL,
-	.shutdown = NULL,
+	.startup = stats_startup,
+	.shutdown = stats_save,
 };
 
 /* Initialize at load time: the GUCs, and shared memory when preloading. */
@@ -565,9 +896,9 @@ stats_init(void)
 		return;
 
 	DefineCustomIntVariable("tokenbucket.max_stats_buckets",
-							"Most token buckets and templates the server keeps counters for.",
+							"Most templates, named buckets and table templates' keys the server keeps counters for.",
 							"Each takes shared memory from the start; when they are all in use, "
-							"the counters used longest ago are dropped.",
+							"the keys' counters used longest ago go (their templates keep the counts).",
 							&max_stats_buckets,
 							10000, 100, 100000000,
 							PGC_POSTMASTER, 0,
@@ -577,137 +908,133 @@ stats_init(void)
 	RegisterSubXactCallback(stats_subxact_callback, NULL);
 }
 
-/* The installation's entry (len 0): when its counters were last reset. */
-static TimestampTz
-installation_since(Oid relid)
+/* One row of list_counters(), copied out under its partition's lock. */
+typedef struct ListedCounters
 {
 	SharedKey	key;
-	StatsEntry *entry;
+	TimestampTz since;
+	StatsCounters counters;
+} ListedCounters;
 
-	(void) shared_key_make(&key, relid, "", 0);
-	entry = hash_search(hash, &key, HASH_FIND, NULL);
-	return entry ? Max(entry->since, shared->started_at) : shared->started_at;
+/*
+ * A row (name, counters, since) into "store" per entry of installation
+ * "relid" of the kinds in "kinds" (a bit per StatsKind), one partition at
+ * a time: no lock is held longer than a partition's copy; then a row with
+ * a NULL name whose "since" holds for buckets without an entry.
+ */
+static void
+list_counters(Oid relid, int kinds, Tuplestorestate *store, TupleDesc desc)
+{
+	ListedCounters *rows = NULL;
+	int			maxrows = 0;
+	Datum		values[2 + STATS_COLUMNS];
+	bool		nulls[2 + STATS_COLUMNS];
+
+	for (int p = 0; p < STATS_PARTITIONS; p++)
+	{
+		LWLock	   *lock = &shared->locks[p].lock;
+		int			nrows = 0;
+		int			wanted = 0;
+		StatsEntry *entry;
+
+		/* room first: nothing may fail under the lock */
+		LWLockAcquire(lock, LW_SHARED);
+		for (entry = shared->partitions[p].head; entry; entry = entry->next)
+			wanted++;
+		LWLockRelease(lock);
+		if (wanted > maxrows)
+		{
+			maxrows = wanted * 2;
+			rows = rows ? repalloc(rows, sizeof(ListedCounters) * maxrows) :
+				palloc(sizeof(ListedCounters) * maxrows);
+		}
+		LWLockAcquire(lock, LW_SHARED);
+		for (entry = shared->partitions[p].head; entry && nrows < maxrows; entry = entry->next)
+		{
+			if (entry->key.dbid != MyDatabaseId || entry->key.relid != relid ||
+				(kinds & (1 << entry->kind)) == 0)
+				continue;
+			rows[nrows].key = entry->key;
+			rows[nrows].since = entry->since;
+			SpinLockAcquire(&entry->mutex);
+			rows[nrows].counters = entry->counters;
+			SpinLockRelease(&entry->mutex);
+			nrows++;
+		}
+		LWLockRelease(lock);
+
+		memset(nulls, 0, sizeof(nulls));
+		for (int i = 0; i < nrows; i++)
+		{
+			values[0] = PointerGetDatum(key_text(&rows[i].key));
+			stats_values(&rows[i].counters, values + 1);
+			values[1 + STATS_COLUMNS] = TimestampTzGetDatum(rows[i].since);
+			tuplestore_putvalues(store, desc, values, nulls);
+		}
+	}
+	memset(nulls, true, sizeof(nulls));
+	nulls[1 + STATS_COLUMNS] = false;
+	values[1 + STATS_COLUMNS] = TimestampTzGetDatum(installation_since(relid));
+	tuplestore_putvalues(store, desc, values, nulls);
 }
 
 PG_FUNCTION_INFO_V1(tb_stats_counters);
 
 /*
- * tb_stats_counters(): the counters of every bucket and template of this
- * installation that has an entry (name, granted, granted_tokens, denied,
- * waited, wait_seconds, timeouts, refunded_tokens, pauses, since), and a
- * row with a NULL name whose "since" holds for buckets without one.
+ * tb_stats_counters(): the counters of every named bucket and table
+ * template's key of this installation that has an entry (name, granted,
+ * granted_tokens, denied, waited, wait_seconds, timeouts,
+ * refunded_tokens, pauses, cancelled, since), and a row with a NULL name
+ * whose "since" holds for buckets without one.  Per-key: for whoever may
+ * read tb_stats.
  */
 Datum
 tb_stats_counters(PG_FUNCTION_ARGS)
 {
-	static const char *const views[] = {"tb_stats", "tb_template_stats", NULL};
+	static const char *const views[] = {"tb_stats", NULL};
 	TupleDesc	desc;
 	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
-	Oid			relid = installation_table(fcinfo);
-	HASH_SEQ_STATUS status;
-	StatsEntry *entry;
-	Datum		values[10];
-	bool		nulls[10] = {0};
 
 	check_may_read(fcinfo, "tb_stats_counters()", views);
 	stats_require();
-
-	LWLockAcquire(shared->lock, LW_SHARED);
-	hash_seq_init(&status, hash);
-	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		StatsCounters c;
-
-		if (entry->key.dbid != MyDatabaseId || entry->key.relid != relid ||
-			entry->key.len == 0)
-			continue;
-		SpinLockAcquire(&entry->mutex);
-		c = entry->counters;
-		SpinLockRelease(&entry->mutex);
-		values[0] = PointerGetDatum(cstring_to_text_with_len(entry->key.name, entry->key.len));
-		values[1] = Int64GetDatum(c.granted);
-		values[2] = Float8GetDatum(c.granted_tokens);
-		values[3] = Int64GetDatum(c.denied);
-		values[4] = Int64GetDatum(c.waited);
-		values[5] = Float8GetDatum((double) c.wait_usecs / USECS_PER_SEC);
-		values[6] = Int64GetDatum(c.timeouts);
-		values[7] = Float8GetDatum(c.refunded_tokens);
-		values[8] = Int64GetDatum(c.pauses);
-		values[9] = TimestampTzGetDatum(entry->since);
-		tuplestore_putvalues(store, desc, values, nulls);
-	}
-	memset(nulls, true, sizeof(nulls));
-	nulls[9] = false;
-	values[9] = TimestampTzGetDatum(installation_since(relid));
-	tuplestore_putvalues(store, desc, values, nulls);
-	LWLockRelease(shared->lock);
+	list_counters(installation_table(fcinfo), (1 << STATS_NAMED) | (1 << STATS_KEY),
+				  store, desc);
 	return (Datum) 0;
 }
 
-PG_FUNCTION_INFO_V1(tb_stats_reset);
+PG_FUNCTION_INFO_V1(tb_template_counters);
 
 /*
- * Start the counters of "entry" from zero now (the caller holds the lock
- * exclusively).  A new serial makes the counts of transactions still open
- * go nowhere: they were made before the reset.
- */
-static void
-reset_entry(StatsEntry *entry, TimestampTz now)
-{
-	entry->serial = pg_atomic_fetch_add_u64(&shared->serials, 1);
-	entry->since = now;
-	memset(&entry->counters, 0, sizeof(StatsCounters));
-}
-
-/*
- * tb_stats_reset(name DEFAULT NULL): start the counters of bucket "name"
- * from zero (of a template: its own and those of every bucket made from
- * it), or with NULL, those of every bucket of this installation.
+ * tb_template_counters(): tb_stats_counters() of the templates: each
+ * template's counters, the sums over every bucket made from it.  For
+ * whoever may read tb_template_stats or tb_stats.
  */
 Datum
-tb_stats_reset(PG_FUNCTION_ARGS)
+tb_template_counters(PG_FUNCTION_ARGS)
 {
-	Oid			relid = installation_table(fcinfo);
-	TimestampTz now = GetCurrentTimestamp();
-	SharedKey	key;
-	HASH_SEQ_STATUS status;
-	StatsEntry *entry;
+	static const char *const views[] = {"tb_template_stats", "tb_stats", NULL};
+	TupleDesc	desc;
+	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
 
+	check_may_read(fcinfo, "tb_template_counters()", views);
 	stats_require();
-	if (PG_ARGISNULL(0))
-	{
-		/* every entry goes; the installation's own says since when */
-		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-		hash_seq_init(&status, hash);
-		while ((entry = hash_seq_search(&status)) != NULL)
-			if (entry->key.dbid == MyDatabaseId && entry->key.relid == relid)
-				remove_entry(entry);
-		(void) shared_key_make(&key, relid, "", 0);
-		entry = enter(&key, now);
-		LWLockRelease(shared->lock);
-		PG_RETURN_VOID();
-	}
+	list_counters(installation_table(fcinfo), 1 << STATS_TEMPLATE, store, desc);
+	return (Datum) 0;
+}
 
-	if (!shared_key_text(&key, relid, PG_GETARG_TEXT_PP(0)))
-		PG_RETURN_VOID();		/* too long to have counters */
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	entry = hash_search(hash, &key, HASH_FIND, NULL);
-	if (entry != NULL)
-	{
-		StatsEntry *target = entry;
+PG_FUNCTION_INFO_V1(tb_stats_key);
 
-		reset_entry(target, now);
-		if (key_is_template(&key))
-		{
-			hash_seq_init(&status, hash);
-			while ((entry = hash_seq_search(&status)) != NULL)
-				if (entry->template == target)
-				{
-					reset_entry(entry, now);
-					entry->template_serial = target->serial;
-				}
-		}
-	}
-	LWLockRelease(shared->lock);
-	PG_RETURN_VOID();
+/*
+ * tb_stats_key(name): the name the counters of bucket "name" are listed
+ * under: the name itself, or for one over 128 bytes its first bytes, an
+ * ellipsis and a hash of it all.
+ */
+Datum
+tb_stats_key(PG_FUNCTION_ARGS)
+{
+	text	   *name = PG_GETARG_TEXT_PP(0);
+	SharedKey	key;
+
+	stats_key(&key, InvalidOid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+	PG_RETURN_TEXT_P(key_text(&key));
 }

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * stats.h
- *	  Counters of what each bucket did, in shared memory, beside the
- *	  stores: the router counts every decision here.
+ *	  Counters of what each bucket and template did, beside the stores:
+ *	  the router counts every decision here.
  *
  * src/stats.h
  *
@@ -13,6 +13,7 @@
 
 #include "datatype/timestamp.h"
 #include "fmgr.h"
+#include "shmem.h"
 
 /* What calls did to a bucket; waits in microseconds. */
 typedef struct StatsCounters
@@ -25,13 +26,29 @@ typedef struct StatsCounters
 	int64		timeouts;		/* calls that waited in vain */
 	double		refunded_tokens;	/* tokens given back */
 	int64		pauses;			/* pauses set */
+	int64		cancelled;		/* waits ended by an error: a cancel, a
+								 * statement_timeout, the session's end */
 } StatsCounters;
 
+/*
+ * Where the counters of a bucket made from a template live when its store
+ * keeps them with the bucket (a memory key's entry): called with what a
+ * committed (or aborted) transaction counted for it.
+ */
+typedef void (*StatsSink) (const SharedKey *key, const StatsCounters *delta,
+						   TimestampTz at);
+
 extern void stats_init(void);
-extern void stats_forget(Oid dbid, Oid relid);
 extern bool stats_enabled(void);
 extern void stats_count(Oid relid, text *name, const StatsCounters *delta,
-						int (*template_of) (void *arg), void *arg,
-						TimestampTz now);
+						int template_len, int (*template_of) (void *arg),
+						void *arg, StatsSink sink, TimestampTz now);
+extern void stats_forget(Oid dbid, Oid relid);
+extern void stats_reset(Oid relid, text *name);
+extern void stats_counters_add(StatsCounters *sum, const StatsCounters *delta);
+extern void stats_values(const StatsCounters *counters, Datum *values);
+
+/* The columns stats_values() fills: granted ... pauses, then cancelled. */
+#define STATS_COLUMNS 9
 
 #endif							/* TOKENBUCKET_STATS_H */

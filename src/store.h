@@ -27,6 +27,7 @@
 
 #include "bucket.h"
 #include "fmgr.h"
+#include "stats.h"
 #include "utils/tuplestore.h"
 
 /* One bucket of a request, and what the decision found in it. */
@@ -172,6 +173,15 @@ typedef struct StoreRoutine
 	 * commits: the extension, its table or the database is being dropped.
 	 */
 	void		(*forget) (Oid dbid, Oid relid);
+
+	/*
+	 * Optional: the counters of a key made from a template are kept with
+	 * it here: add what a transaction counted for it (the key gone: drop
+	 * it), and start them from zero (NULL: every key of the installation;
+	 * a template's name: every key made from it).
+	 */
+	StatsSink	count;
+	void		(*reset_counters) (Oid relid, text *name);
 
 	/* Fail unless a bucket (or template) named "len" bytes can be made here. */
 	void		(*check_make) (int len);

@@ -339,6 +339,8 @@ const StoreRoutine table_store = {
 	.watch = NULL,				/* a waiter looks again every second */
 	.configure = table_configure,
 	.forget = table_forget,
+	.count = NULL,				/* its keys' counters are stats.c's */
+	.reset_counters = NULL,
 	.check_make = table_check_make,
 	.generation = table_generation,
 };

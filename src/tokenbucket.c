@@ -767,6 +767,20 @@ tb_reset(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+PG_FUNCTION_INFO_V1(tb_stats_reset);
+
+/*
+ * tb_stats_reset(name DEFAULT NULL): start the counters of bucket "name"
+ * from zero (of a template: its own and those of every bucket made from
+ * it), or with NULL, those of every bucket of this installation.
+ */
+Datum
+tb_stats_reset(PG_FUNCTION_ARGS)
+{
+	router_reset_counters(fcinfo, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
+	PG_RETURN_VOID();
+}
+
 PG_FUNCTION_INFO_V1(tb_drop);
 
 /* tb_drop(name): remove the bucket; false when there was none. */

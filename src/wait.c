@@ -229,6 +229,9 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 						   max_locks_per_xact),
 				 errhint("Wait for fewer buckets at once, or raise max_locks_per_transaction.")));
 
+	/* from here on, an error ends the wait as cancelled */
+	router_count_wait_begin(fcinfo, requests, nrequests);
+
 	CurrentResourceOwner = CurTransactionResourceOwner;
 	for (joined = 0; joined < nrequests; joined++)
 	{

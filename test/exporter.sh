@@ -4,9 +4,11 @@
 # 3 waits, grants and denials on per-key memory buckets), then Debian's
 # prometheus-postgres-exporter started against the test server with that
 # file, connected as a monitoring role granted SELECT on the two views and
-# nothing else, and /metrics scraped over loopback with curl: every
-# number must be exact, every counter a counter, and the per-key buckets
-# summed into their template's series rather than exported one by one.
+# EXECUTE on the functions behind them, nothing else, and /metrics scraped
+# over loopback with curl: every number must be exact (a wait ended by
+# statement_timeout counted as cancelled), every counter a counter, and
+# the per-key buckets summed into their template's series rather than
+# exported one by one.
 # Prints TAP.
 set -euo pipefail
 DB=tb_exporter
@@ -25,7 +27,7 @@ cleanup() {
 trap cleanup EXIT
 source "$TOP/test/checks.sh"
 
-echo "1..12"
+echo "1..13"
 createdb "$DB"
 q <<'SQL' >/dev/null
 CREATE EXTENSION tokenbucket;
@@ -38,9 +40,15 @@ SELECT tb_acquire('queue'), tb_acquire_wait('queue', 1, '10 s'),
        tb_acquire_wait('queue', 1, '10 s'), tb_acquire_wait('queue', 1, '10 s');
 -- five per-key memory buckets: 2 grants and 1 denial each
 SELECT count(tb_acquire('muser:' || k)) FROM generate_series(1, 5) AS k, generate_series(1, 3);
+-- a wait on a bucket an hour from its token, ended by statement_timeout
+SELECT tb_create('stuck', 1, 1, '1 hour'), tb_acquire('stuck');
 CREATE ROLE regress_tb_prometheus LOGIN;
 GRANT SELECT ON tb_stats, tb_template_stats TO regress_tb_prometheus;
+GRANT EXECUTE ON FUNCTION tb_memory_buckets(), tb_stats_counters(), tb_memory_counters(),
+	tb_template_counters(), tb_memory_templates() TO regress_tb_prometheus;
 SQL
+
+q -c "SET statement_timeout = 200" -c "SELECT tb_acquire_wait('stuck', 1, '1 hour')" >/dev/null 2>&1 || true
 
 # the exporter, as the monitoring role, on a free port of loopback
 PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -102,7 +110,7 @@ expect 9 "per-key buckets are not exported one by one" \
 	"$(grep -c 'bucket="muser:' "$METRICS" || true)" 0
 expect 10 "counters are typed counter, levels gauge" \
 	"$(grep -c '^# TYPE tokenbucket_[a-z_]*_total counter$' "$METRICS") $(grep -c '^# TYPE tokenbucket_\(tokens\|capacity_tokens\|refill_rate_tokens_per_second\|template_buckets\) gauge$' "$METRICS")" \
-	"16 4"
+	"18 4"
 # since: when counting started, as seconds since the epoch, in the past
 start=$(metric tokenbucket_start_time_seconds bucket api)
 now=$(date +%s)
@@ -112,8 +120,11 @@ else
 	echo "not ok 11 - start_time_seconds is '$start' (now $now)"
 fi
 
+expect 12 "stuck: a wait ended by statement_timeout counts as cancelled, not as a timeout" \
+	"$(metric tokenbucket_cancelled_total bucket stuck) $(metric tokenbucket_timeouts_total bucket stuck)" "1 0"
+
 # a reset shows in the next scrape: the counter starts again from zero
 q -c "SELECT tb_stats_reset('api')" >/dev/null
 curl -sf "http://127.0.0.1:$PORT/metrics" -o "$METRICS"
-expect 12 "after tb_stats_reset('api'), the next scrape says granted_total 0" \
+expect 13 "after tb_stats_reset('api'), the next scrape says granted_total 0" \
 	"$(metric tokenbucket_granted_total bucket api)" 0

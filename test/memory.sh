@@ -16,13 +16,18 @@
 #     kept every name's SPI rows: 1.6 GB)
 #  4  a million grants from a memory bucket in one session: the backend's
 #     memory grows by at most 32 kB (the same bound)
+#  5  a million grants in one statement, alternating between two memory
+#     buckets, inside one transaction: the backend's memory grows by at
+#     most 32 kB over ten such grants (what a rollback needs is kept per
+#     bucket and (sub)transaction; 1.4 kept 201 bytes a grant), and the
+#     rollback gives every token back
 set -euo pipefail
 : "${MEMORY_CALLS:=20000}"
 DB=tb_memory
 WORK=$(mktemp -d)
 chmod 755 "$WORK"
 trap 'rm -rf "$WORK"; dropdb --if-exists "$DB" >/dev/null 2>&1 || true' EXIT
-echo "1..4"
+echo "1..5"
 
 createdb "$DB"
 psql -X -A -t -q -v ON_ERROR_STOP=1 -v calls="$MEMORY_CALLS" -d "$DB" >"$WORK/flat.out" 2>&1 <<'SQL' || true
@@ -179,4 +184,24 @@ if [[ $grew =~ ^-?[0-9]+$ ]] && [ "$grew" -le 32768 ]; then
 else
 	echo "not ok 4 - a million memory grants: backend memory grew ${grew:-?} bytes (at most 32768)"
 	sed 's/^/# /' "$WORK/million.out" | tail -n 20
+fi
+
+# 5: a million grants in one transaction, one statement, two buckets in
+# turn: measured before the commit, then rolled back
+psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DB" >"$WORK/onexact.out" 2>&1 <<'SQL' || true
+SELECT tb_create('ma', 1e9, 1, '1 hour', memory => true), tb_create('mb', 1e9, 1, '1 hour', memory => true) \g /dev/null
+BEGIN;
+SELECT count(tb_acquire(CASE WHEN g % 2 = 0 THEN 'ma' ELSE 'mb' END)) FROM generate_series(1, 10) AS g \g /dev/null
+SELECT used() AS before \gset
+SELECT count(tb_acquire(CASE WHEN g % 2 = 0 THEN 'ma' ELSE 'mb' END)) FROM generate_series(1, 1000000) AS g \g /dev/null
+SELECT used() - :before AS grew \gset
+ROLLBACK;
+SELECT :grew || ' ' || (SELECT round(min(tokens)) FROM tb_status WHERE name IN ('ma', 'mb'));
+SQL
+read -r grew tokens < <(tail -n 1 "$WORK/onexact.out") || true
+if [[ ${grew:-} =~ ^-?[0-9]+$ ]] && [ "$grew" -le 32768 ] && [ "${tokens:-}" = 1000000000 ]; then
+	echo "ok 5 - a million grants on two memory buckets in one statement grew the backend's memory $grew bytes (at most 32768), and the rollback gave them all back"
+else
+	echo "not ok 5 - a million grants in one statement: memory grew ${grew:-?} bytes (at most 32768), tokens after rollback ${tokens:-?} (1000000000)"
+	sed 's/^/# /' "$WORK/onexact.out" | tail -n 20
 fi

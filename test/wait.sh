@@ -16,6 +16,9 @@
 # 10-11 a memory bucket whose tokens are an hour away wakes its waiter at
 #       once, within 200 ms, when a refund or a committed tb_alter gives
 #       it tokens (the waiter would otherwise sleep until its timeout)
+# 12-14 a wait on a memory bucket ended by pg_cancel_backend, by
+#       statement_timeout or by pg_terminate_backend leaves nothing behind:
+#       the bucket, full again, is purged like any other
 #
 # Every time is measured by the server's clock: clock_timestamp() around a
 # call, or pg_stat_activity's query_start and state_change, which the
@@ -112,7 +115,7 @@ SELECT tb_create('one', 1, 4), tb_create('rpm', 2, 5), tb_create('tpm', 100, 200
 SELECT tb_create('slow', 1, 1, '1 hour'), tb_acquire('slow');
 SELECT tb_create('mslow', 2, 1, '1 hour', memory => true);
 SQL
-echo "1..11"
+echo "1..14"
 
 # 1: an empty bucket of 1 at 4/s has its token 250 ms later
 q -c "INSERT INTO timed SELECT 'one', wait_lateness('{one}', '{1}')"
@@ -296,4 +299,27 @@ for how in "tb_refund('mslow', 1)" "tb_alter('mslow', refill => 1, per => '1 ms'
 	wait $memwaiter || true
 	check "$how wakes a waiter on a memory bucket $(q -c "SELECT ms(took) FROM timed WHERE test = 'wake'") after it (at most $LATE ms), and it is granted" \
 		"'$(cat "$WORK/tb_mem.out")' = 't' AND (SELECT took BETWEEN '0' AND '$LATE ms' FROM timed WHERE test = 'wake')"
+done
+
+# 12-14: however a wait on a memory bucket ends, it leaves no mark on the
+# bucket: full again, the bucket is purged (a mark left by a cancelled wait
+# once kept it, and filled the hash, until the server restarted)
+q -c "SELECT tb_create('mw:*', 1, 1, '1 hour', memory => true)" >/dev/null
+for how in cancel statement_timeout terminate; do
+	key=mw:$how
+	q -c "SELECT tb_acquire('$key')" >/dev/null
+	timeout=
+	[ $how = statement_timeout ] && timeout="SET statement_timeout = 200;"
+	PGAPPNAME=tb_mw psql -X -A -t -d "$DB" -c "$timeout" -c "SELECT tb_acquire_wait('$key', 1, '1 hour')" \
+		>"$WORK/mw.out" 2>&1 &
+	mw=$!
+	pid=$(q -c "SELECT sleeping_pid('tb_mw')")
+	case $how in
+	cancel) q -c "SELECT pg_cancel_backend(${pid:-0})" >/dev/null ;;
+	terminate) q -c "SELECT pg_terminate_backend(${pid:-0})" >/dev/null ;;
+	esac
+	wait $mw || true
+	q -c "SELECT tb_reset('$key')" >/dev/null
+	check "a wait on a memory bucket ended by $how leaves nothing behind: the bucket, full again, is purged" \
+		"${pid:-0} > 0 AND tb_purge('0 s') >= 1 AND NOT EXISTS (SELECT 1 FROM tb_memory_buckets() WHERE name = '$key')"
 done

@@ -1,10 +1,14 @@
 # The counters of tb_stats across restarts and crashes, with a full hash,
 # and on a server without the library preloaded:
-#  - a clean restart and a crash both start them from zero, and "since"
-#    says when they started again
+#  - a clean restart keeps them (and "since"), keys of memory templates'
+#    included; a crash starts them from zero, and "since" says when
 #  - when tokenbucket.max_stats_buckets are all in use, the counters of
-#    buckets made from templates make room first: the templates' own stay
-#    exact, and so do those of named buckets
+#    keys of table templates make room; the templates' own stay exact, and
+#    so do those of named buckets; keys of memory templates keep theirs in
+#    their own entries
+#  - eight sessions granting on far more keys than the hash holds, beside
+#    a named bucket: every grant is counted in the templates and in the
+#    named bucket, none lost
 #  - without shared_preload_libraries, tb_stats fails with 55000 and says
 #    what to put in postgresql.conf, and taking tokens still works
 use strict;
@@ -25,7 +29,9 @@ $node->start;
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION tokenbucket;
 	SELECT tb_create('tab', 1000, 1), tb_create('mem', 1000, 1, memory => true),
-	       tb_create('k:*', 5, 1), tb_create('mk:*', 5, 1, memory => true);
+	       tb_create('k:*', 5, 1), tb_create('mk:*', 5, 1, memory => true),
+	       tb_create('mk2:*', 1e9, 1e9, memory => true), tb_create('k2:*', 1e9, 1e9),
+	       tb_create('named1', 1e9, 1e9);
 });
 
 # n calls on each of the two named buckets (after a crash, the memory
@@ -48,16 +54,25 @@ sub counted
 		FROM tb_stats WHERE name IN ('tab', 'mem')});
 }
 
-# 1: a clean restart starts the counters from zero, since the restart
+# 1: a clean restart keeps the counters, and since when they count
 take(10);
+$node->safe_psql('postgres', "SELECT tb_acquire('mk:1'), tb_acquire('mk:1'), tb_acquire('k:1')");
 is(counted('-infinity'), 'mem=10 tab=10 true', 'ten calls each are counted');
+my $keys_sql = q{SELECT string_agg(name || '=' || granted || '@' || since, ' ' ORDER BY name)
+	FROM tb_stats WHERE name IN ('mk:1', 'k:1')};
+my $keys_before = $node->safe_psql('postgres', $keys_sql);
+my $since_before = $node->safe_psql('postgres', "SELECT since FROM tb_stats WHERE name = 'tab'");
 my $before = $node->safe_psql('postgres', 'SELECT clock_timestamp()');
 $node->restart;
-is(counted($before), 'mem=0 tab=0 true', 'a clean restart starts them from zero, since then');
+is(counted('-infinity'), 'mem=10 tab=10 true', 'a clean restart keeps them');
+is($node->safe_psql('postgres', "SELECT since FROM tb_stats WHERE name = 'tab'"), $since_before,
+	'... and since when they count');
+is($node->safe_psql('postgres', $keys_sql), $keys_before,
+	'... keys of memory and table templates included');
 
-# 2: so does a crash (a backend killed), since the server came back
+# 2: a crash (a backend killed) starts them from zero, since it
 take(7);
-is(counted($before), 'mem=7 tab=7 true', 'counted again after the restart');
+is(counted('-infinity'), 'mem=17 tab=17 true', 'counted on after the restart');
 my ($out, $err) = ('', '');
 my $sleeper = IPC::Run::start(
 	[ 'psql', '-X', '-h', $node->host, '-p', $node->port, '-d', 'postgres',
@@ -73,23 +88,45 @@ IPC::Run::finish($sleeper);
 $node->poll_query_until('postgres', 'SELECT true') or die 'server did not come back';
 is(counted($crash), 'mem=0 tab=0 true', 'after a crash they start from zero, since it');
 
-# 3: 150 keys of two templates, in a hash of 100: the keys' counters make
-# room, the templates' and the named buckets' stay exact
+# 3: 200 keys of a table template and 75 of a memory one, in a hash of
+# 100: the table keys' counters make room, the templates' and the named
+# buckets' stay exact, and the memory keys keep theirs in their entries
 take(5);
 $node->safe_psql('postgres', q{
-	SELECT count(*) FROM generate_series(1, 75) AS i,
-	       LATERAL (SELECT tb_acquire('k:' || i), tb_acquire('mk:' || i), tb_acquire('k:' || i)) AS t
+	SELECT count(*) FROM generate_series(1, 200) AS i,
+	       LATERAL (SELECT tb_acquire('k:' || i), tb_acquire('k:' || i),
+	                CASE WHEN i <= 75 THEN tb_acquire('mk:' || i) END) AS t
 });
 is($node->safe_psql('postgres', q{
 	SELECT string_agg(template || '=' || (granted + denied), ' ' ORDER BY template)
-	FROM tb_template_stats}),
-	'k:*=150 mk:*=75', 'with the hash full, the templates count every call on their buckets');
+	FROM tb_template_stats WHERE template IN ('k:*', 'mk:*')}),
+	'k:*=400 mk:*=75', 'with the hash full, the templates count every call on their buckets');
 is(counted($crash), 'mem=5 tab=5 true', '... and the named buckets keep theirs');
-my ($rows) = split /\|/, $node->safe_psql('postgres', q{
-	SELECT count(*) FILTER (WHERE granted + denied > 0), sum(granted + denied)
-	FROM tb_stats WHERE template IS NOT NULL});
-cmp_ok($rows, '<', 150, "only $rows of the 150 keys keep counters of their own");
+my $rows = $node->safe_psql('postgres', q{
+	SELECT count(*) FILTER (WHERE granted + denied > 0) FROM tb_stats WHERE template = 'k:*'});
+cmp_ok($rows, '<', 200, "only $rows of the 200 table template's keys keep counters of their own");
 cmp_ok($rows, '>', 0, '... the ones used last');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FILTER (WHERE granted + denied = 1) FROM tb_stats WHERE template = 'mk:*'}),
+	'75', 'every key of the memory template keeps its own');
+
+# 4: eight sessions, 500 transactions each, each a grant on a random one of
+# 2,000 keys of a memory template and of a table template, and on a named
+# bucket: 4,000 of each, every one counted
+my $script = $node->basedir . '/keys.sql';
+open(my $fh, '>', $script) or die;
+print $fh "\\set k random(1, 2000)\nSELECT tb_acquire('mk2:' || :k), tb_acquire('k2:' || :k), tb_acquire('named1');\n";
+close($fh);
+$node->command_ok(
+	[ 'pgbench', '-n', '-c', '8', '-j', '2', '-t', '500', '-f', $script,
+	  '-h', $node->host, '-p', $node->port, 'postgres' ],
+	'eight sessions grant 4,000 times on 2,000 keys of two templates and on a named bucket');
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(template || '=' || granted, ' ' ORDER BY template)
+	FROM tb_template_stats WHERE template IN ('k2:*', 'mk2:*')}),
+	'k2:*=4000 mk2:*=4000', '... every grant is counted in the templates, with the hash full');
+is($node->safe_psql('postgres', "SELECT granted FROM tb_stats WHERE name = 'named1'"), '4000',
+	'... and in the named bucket');
 $node->stop;
 
 # 4: without the library preloaded, the counters say what they need
