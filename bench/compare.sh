@@ -90,13 +90,7 @@ done
 use other
 
 say "medians of $COMPARE_ROUNDS rounds: base ($BASE) and other (${OTHER:-working tree})"
-awk -F, 'NR > 1 { k = $3 "," $4; n[$1, k]++; v[$1, k, n[$1, k]] = $5; keys[k] = 1 }
-	function median(b, k,   i, j, x, a, m) {
-		m = n[b, k]
-		for (i = 1; i <= m; i++) a[i] = v[b, k, i]
-		for (i = 2; i <= m; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) {
-			x = a[j]; a[j] = a[j - 1]; a[j - 1] = x }
-		return a[int((m + 1) / 2)]
-	}
-	END { for (k in keys) { b = median("base", k); o = median("other", k)
+awk -F, "$(cat "$TOP/bench/median.awk")"'
+NR > 1 { k = $1 "," $3 "," $4; n[k]++; v[k, n[k]] = $5; keys[$3 "," $4] = 1 }
+	END { for (k in keys) { b = median("base," k); o = median("other," k)
 		printf "%-14s %9d %9d   %.2f\n", k, b, o, o / b } }' "$CSV" | sort

@@ -19,14 +19,16 @@
 # calls made directly, with the CPU time the proxy and the shards spend
 # per call (bench/proxy.csv).  Then the gateway's request (bench/gateway.sh:
 # the API key lookup and the user's limit in one statement, against the
-# lookup and a Redis script in two round trips; bench/gateway.csv).  Then
-# the cost of the counters of tb_stats:
+# lookup and a Redis script in two round trips; bench/gateway.csv), and
+# the per-key rows (bench/keys.sh: memory template keys at 10,000,
+# 100,000 and 1,000,000 live keys beside named buckets, and under a flood
+# of new keys; bench/keys.csv).  Then the cost of the counters of tb_stats:
 # the same calls with tokenbucket.track_stats on and off in turn
 # (bench/counters.csv).
 #
 # Writes bench/results.csv and bench/results.png and prints a table.
 # BENCH_SECONDS sets each run's length (default 10); BENCH_ONLY=proxy,
-# BENCH_ONLY=gateway or BENCH_ONLY=counters runs that comparison alone.
+# gateway, keys or counters runs that comparison alone.
 # Not a test: nothing here fails on a speed.
 
 source "$(dirname "$0")/../scripts/common.sh"
@@ -55,7 +57,7 @@ fi
 HUGEPAGES_BEFORE=
 if [ "$(id -u)" -eq 0 ] && [ -w /proc/sys/vm/nr_hugepages ]; then
 	HUGEPAGES_BEFORE=$(cat /proc/sys/vm/nr_hugepages)
-	echo 600 >/proc/sys/vm/nr_hugepages || true
+	echo 1500 >/proc/sys/vm/nr_hugepages || true
 fi
 restore_hugepages() { [ -z "$HUGEPAGES_BEFORE" ] || echo "$HUGEPAGES_BEFORE" >/proc/sys/vm/nr_hugepages || true; }
 say "starting a throwaway PostgreSQL $PGVERSION (fsync on, huge pages: $(sed -n 's/^HugePages_Total: *//p' /proc/meminfo) of 2 MB) and Redis"
@@ -65,7 +67,8 @@ max_wal_size = 8GB
 checkpoint_timeout = 30min
 autovacuum_naptime = 10s
 huge_pages = try
-tokenbucket.max_memory_buckets = 1100000"
+tokenbucket.max_memory_buckets = 3000000
+tokenbucket.max_template_keys = 1100000"
 tb_start_server
 
 REDIS_PORT=$((PGPORT + 1))
@@ -79,6 +82,11 @@ if [ "${BENCH_ONLY:-gateway}" = gateway ]; then
 	say "gateway: the API key lookup and the user's limit, one statement against two round trips ($BENCH_SECONDS s per run)"
 	source "$TOP/bench/gateway.sh"
 	[ "${BENCH_ONLY:-}" = gateway ] && exit 0
+fi
+if [ "${BENCH_ONLY:-keys}" = keys ]; then
+	say "keys: memory template keys at 10,000, 100,000 and 1,000,000 live, beside named buckets and SELECT 1; a flood of new keys ($BENCH_SECONDS s per run)"
+	source "$TOP/bench/keys.sh"
+	[ "${BENCH_ONLY:-}" = keys ] && exit 0
 fi
 
 say "loading 10,000 and 1,000,000 buckets"

@@ -35,13 +35,8 @@
  * template after the crash, can grant what it granted before.  Only an
  * entry that is full is ever removed to make room.
  *
- * A clean shutdown writes every entry to a file (shmem.c's StateFile),
- * read back and removed at the next start, as pg_stat_statements does.
- * A file that is corrupt, from another cluster, or left by a shutdown that
- * was not clean is ignored: the buckets start empty.  So does a start
- * without a file when a marker file says memory buckets were used here
- * before (a save that failed, a file removed): only the first start with
- * the library, when no bucket can have granted anything, starts them full.
+ * What a clean shutdown saves, and the start reads back, is
+ * memory_state.c's.
  *
  * src/memory_entries.c
  *
@@ -67,27 +62,20 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
-/* the state file a clean shutdown writes, and the marker of use */
-#define STATE_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/tokenbucket.buckets"
-#define MARKER_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/tokenbucket.used"
-#define STATE_MAGIC		0x74624D31	/* "tbM1" */
-#define STATE_FORMAT	3		/* 1: template lengths without the '*';
-								 * 1 and 2: no counters */
-
 /* the clock: partitions looked in per call, entries per partition */
 #define CLOCK_PARTITIONS	8
 #define CLOCK_ENTRIES		32
 
 /* GUCs */
 int			max_memory_buckets = 10000;
-static int	max_template_keys = 0;	/* 0: a quarter of max_memory_buckets */
+int			max_template_keys = 0;	/* 0: a quarter of max_memory_buckets */
 
 /* in every process */
 MemoryShared *memory_shared = NULL;
 static HTAB *memory_hash = NULL;
 static HTAB *template_hash = NULL;
 static bool timeline_checked = false;
-static bool loading = false;	/* the postmaster reads the state file */
+bool		memory_loading = false;	/* the postmaster reads the state file */
 
 /* hash_search() support for MemoryKey */
 static uint32
@@ -475,11 +463,11 @@ try_make(const MemoryKey *key, uint32 hashcode, MemoryTemplate *template,
 	/* a key needs room in its template's share, and in all templates' */
 	/* (what a clean shutdown saved comes back whatever the limits now) */
 	*from = template;
-	if (template != NULL && !reserve(&template->nkeys, loading ? PG_UINT32_MAX : template_cap()))
+	if (template != NULL && !reserve(&template->nkeys, memory_loading ? PG_UINT32_MAX : template_cap()))
 		return ENTRY_NO_ROOM;
 	*from = NULL;
 	if (template != NULL &&
-		!reserve(&memory_shared->template_keys, loading ? PG_UINT32_MAX : all_templates_cap()))
+		!reserve(&memory_shared->template_keys, memory_loading ? PG_UINT32_MAX : all_templates_cap()))
 	{
 		pg_atomic_fetch_sub_u32(&template->nkeys, 1);
 		return ENTRY_NO_ROOM;
@@ -637,8 +625,8 @@ memory_remove_all(Oid dbid, Oid relid, const char *name, int len)
 }
 
 /* Remove everything (the caller holds every lock). */
-static void
-remove_every_entry(void)
+void
+memory_remove_every(void)
 {
 	HASH_SEQ_STATUS status;
 	MemoryTemplate *template;
@@ -651,167 +639,8 @@ remove_every_entry(void)
 		hash_search(template_hash, &template->key, HASH_REMOVE, NULL);
 }
 
-/* SharedArea shutdown: write the committed entries to the state file. */
-static void
-save_state(void)
-{
-	StateFile	sf;
-	int64		count = 0;
-
-	if (memory_shared->unusable ||
-		!state_save_begin(&sf, STATE_FILE, STATE_MAGIC, STATE_FORMAT))
-		return;
-	for (int p = 0; p < MEMORY_PARTITIONS; p++)
-		for (MemoryEntry *entry = memory_shared->partitions[p].head; entry; entry = entry->next)
-			count += !entry->key.provisional;
-	state_save(&sf, &memory_shared->empty_at, sizeof(TimestampTz));
-	state_save(&sf, &memory_shared->timeline, sizeof(TimeLineID));
-	state_save(&sf, &count, sizeof(count));
-	for (int p = 0; p < MEMORY_PARTITIONS; p++)
-		for (MemoryEntry *entry = memory_shared->partitions[p].head; entry; entry = entry->next)
-		{
-			uint16		template_len = memory_template_name_len(entry);
-
-			if (entry->key.provisional)
-				continue;
-			state_save(&sf, &entry->key.name, offsetof(SharedKey, name) + entry->key.name.len);
-			state_save(&sf, &template_len, sizeof(uint16));
-			state_save(&sf, &entry->bucket, sizeof(Bucket));
-			state_save(&sf, &entry->since, sizeof(TimestampTz));
-			state_save(&sf, &entry->counters, sizeof(StatsCounters));
-		}
-	(void) state_save_end(&sf);
-}
-
-/*
- * Read the state file a clean shutdown wrote, if any, and remove it.  True
- * when the entries and empty_at now hold what was saved; false (after a
- * LOG line when there was a file) when the buckets must start empty.
- * *existed: there was a file.
- */
-static bool
-load_state(bool *existed)
-{
-	StateFile	sf;
-	int64		count;
-	TimestampTz empty_at;
-	TimeLineID	timeline;
-
-	if (!state_load_begin(&sf, STATE_FILE, STATE_MAGIC, STATE_FORMAT,
-						  "Every memory token bucket starts empty.", existed))
-		return false;
-	if (state_load(&sf, &empty_at, sizeof(empty_at)) &&
-		state_load(&sf, &timeline, sizeof(timeline)) &&
-		state_load(&sf, &count, sizeof(count)))
-	{
-		if (count < 0 || count > max_memory_buckets)
-		{
-			state_load_reject(&sf, "it holds more buckets than tokenbucket.max_memory_buckets");
-			return false;
-		}
-		for (int64 i = 0; i < count; i++)
-		{
-			MemoryKey	key;
-			uint16		template_len;
-			Bucket		bucket;
-			TimestampTz since = GetCurrentTimestamp();
-			StatsCounters counters = {0};
-			MemoryEntry *entry;
-
-			memset(&key, 0, sizeof(key));
-			if (!state_load(&sf, &key.name, offsetof(SharedKey, name)) ||
-				key.name.len > SHARED_NAME_MAX_BYTES ||
-				!state_load(&sf, key.name.name, key.name.len) ||
-				!state_load(&sf, &template_len, sizeof(template_len)) ||
-				!state_load(&sf, &bucket, sizeof(bucket)) ||
-				(sf.format >= 3 &&
-				 (!state_load(&sf, &since, sizeof(since)) ||
-				  !state_load(&sf, &counters, sizeof(counters)))))
-				break;
-			/* format 1 counted a template's length without its '*' */
-			if (sf.format == 1 && template_len > 0)
-				template_len++;
-			if (template_len > key.name.len + 1 ||
-				memory_make_entry(&key, template_len, &bucket, InvalidTransactionId,
-								  PG_UINT64_MAX, false, &entry) != ENTRY_MADE)
-			{
-				sf.failed = true;
-				break;
-			}
-			entry->since = since;
-			entry->counters = counters;
-		}
-	}
-	if (!state_load_end(&sf))
-	{
-		remove_every_entry();
-		return false;
-	}
-	memory_shared->empty_at = empty_at;
-	memory_shared->timeline = timeline;
-	return true;
-}
-
-/*
- * Make sure the marker file exists: from now on, a start without a state
- * file is not the first with the library, and starts the buckets empty.
- * False (after a LOG line) when it cannot be made.
- */
-static bool
-mark_used(void)
-{
-	int			fd;
-
-	if (access(MARKER_FILE, F_OK) == 0)
-		return true;
-	fd = OpenTransientFile(MARKER_FILE, O_CREAT | O_WRONLY | PG_BINARY);
-	if (fd < 0 || pg_fsync(fd) != 0 || CloseTransientFile(fd) != 0)
-	{
-		ereport(LOG,
-				(errcode_for_file_access(),
-				 errmsg("could not create file \"%s\": %m", MARKER_FILE),
-				 errdetail("Memory token buckets cannot be used until the server is restarted with that file writable.")));
-		return false;
-	}
-	fsync_fname(PGSTAT_STAT_PERMANENT_DIRECTORY, true);
-	return true;
-}
-
-/* SharedArea startup, in the postmaster: the saved state, or the absent rule. */
-static void
-memory_startup(void)
-{
-	bool		crc_ok;
-	ControlFileData *control = get_controlfile(DataDir, &crc_ok);
-	bool		used_before = access(MARKER_FILE, F_OK) == 0;
-	bool		existed;
-
-	memory_shared->empty_at = DT_NOBEGIN;
-	memory_shared->timeline = 0;
-	memory_shared->unusable = false;
-	loading = true;
-	if (!load_state(&existed))
-	{
-		/*
-		 * Only the first start with the library (no marker, no file) starts
-		 * the buckets full: nothing can have been granted before.  Any
-		 * other start without a file to trust (a crash, a save that
-		 * failed, a file removed) starts them empty.
-		 */
-		if (used_before && !existed)
-			ereport(LOG,
-					(errmsg("file \"%s\" not found: memory token buckets start empty",
-							STATE_FILE),
-					 errdetail("Memory buckets were used here before, and the last shutdown did not save their state (a crash, or a save that failed).")));
-		memory_shared->empty_at = used_before || existed ? GetCurrentTimestamp() : DT_NOBEGIN;
-		memory_shared->timeline = control->checkPointCopy.ThisTimeLineID;
-	}
-	loading = false;
-	memory_shared->unusable = !mark_used();
-}
-
 /* Shared memory the store needs. */
-static Size
+Size
 memory_shmem_size(void)
 {
 	return add_size(add_size(MAXALIGN(sizeof(MemoryShared)),
@@ -820,14 +649,14 @@ memory_shmem_size(void)
 }
 
 /* Its locks: a partition's each, and the templates'. */
-static int
+int
 memory_shmem_locks(void)
 {
 	return MEMORY_PARTITIONS + 1;
 }
 
 /* SharedArea attach: the struct and the hashes, made the first time. */
-static void
+void
 memory_attach(LWLockPadded *locks)
 {
 	bool		found;
@@ -848,15 +677,6 @@ memory_attach(LWLockPadded *locks)
 	pg_atomic_init_u32(&memory_shared->template_keys, 0);
 	pg_atomic_init_u32(&memory_shared->clock, 0);
 }
-
-static const SharedArea memory_area = {
-	.name = "tokenbucket",
-	.size = memory_shmem_size,
-	.nlocks = memory_shmem_locks,
-	.attach = memory_attach,
-	.startup = memory_startup,
-	.shutdown = save_state,
-};
 
 /* The timeline this primary writes on. */
 static TimeLineID
@@ -908,7 +728,7 @@ memory_require(void)
 			memory_lock_all(LW_EXCLUSIVE);
 			if (memory_shared->timeline != timeline)
 			{
-				remove_every_entry();
+				memory_remove_every();
 				memory_shared->empty_at = GetCurrentTimestamp();
 				memory_shared->timeline = timeline;
 			}
@@ -940,16 +760,64 @@ memory_wake(int waiter)
 		SetLatch(&GetPGProcByNumber(waiter)->procLatch);
 }
 
-/* One row of memory_list(), copied out under its partition's lock. */
+/* A committed entry, copied out under its partition's lock. */
 typedef struct ListedEntry
 {
 	SharedKey	name;
 	int			template_len;
 	Bucket		bucket;
+	TimestampTz since;
+	StatsCounters counters;
 } ListedEntry;
 
 /*
- * A row per committed entry of the installation into "store", one
+ * Copy the committed entries of installation "relid" in partition "p"
+ * (with "keys_only", only those made from templates) into *rows, grown
+ * first as need be: nothing may fail under the lock, which is held only
+ * for the copy.  Returns how many.
+ */
+static int
+copy_partition(int p, Oid relid, bool keys_only, ListedEntry **rows, int *maxrows)
+{
+	LWLock	   *lock = &memory_shared->locks[p].lock;
+	int			nrows = 0;
+	int			wanted = 0;
+	MemoryEntry *entry;
+
+	LWLockAcquire(lock, LW_SHARED);
+	for (entry = memory_shared->partitions[p].head; entry; entry = entry->next)
+		wanted++;
+	LWLockRelease(lock);
+	if (wanted > *maxrows)
+	{
+		*maxrows = wanted * 2;
+		*rows = *rows ? repalloc(*rows, sizeof(ListedEntry) * *maxrows) :
+			palloc(sizeof(ListedEntry) * *maxrows);
+	}
+	LWLockAcquire(lock, LW_SHARED);
+	for (entry = memory_shared->partitions[p].head; entry && nrows < *maxrows; entry = entry->next)
+	{
+		ListedEntry *row = &(*rows)[nrows];
+
+		if (entry->key.name.dbid != MyDatabaseId || entry->key.name.relid != relid ||
+			entry->key.provisional || (keys_only && entry->template == NULL))
+			continue;
+		row->name = entry->key.name;
+		row->template_len = memory_template_name_len(entry);
+		SpinLockAcquire(&entry->mutex);
+		row->bucket = entry->bucket;
+		row->since = entry->since;
+		row->counters = entry->counters;
+		SpinLockRelease(&entry->mutex);
+		nrows++;
+	}
+	LWLockRelease(lock);
+	return nrows;
+}
+
+/*
+ * A row (name, capacity, refill_rate, deficit, updated_at, paused_until,
+ * template) per committed entry of the installation into "store", one
  * partition at a time: no lock is held longer than a partition's copy.
  */
 void
@@ -963,36 +831,7 @@ memory_list(Oid relid, Tuplestorestate *store, TupleDesc desc)
 	memory_require();
 	for (int p = 0; p < MEMORY_PARTITIONS; p++)
 	{
-		LWLock	   *lock = &memory_shared->locks[p].lock;
-		int			nrows = 0;
-		int			wanted = 0;
-		MemoryEntry *entry;
-
-		/* room first: nothing may fail under the lock */
-		LWLockAcquire(lock, LW_SHARED);
-		for (entry = memory_shared->partitions[p].head; entry; entry = entry->next)
-			wanted++;
-		LWLockRelease(lock);
-		if (wanted > maxrows)
-		{
-			maxrows = wanted * 2;
-			rows = rows ? repalloc(rows, sizeof(ListedEntry) * maxrows) :
-				palloc(sizeof(ListedEntry) * maxrows);
-		}
-		LWLockAcquire(lock, LW_SHARED);
-		for (entry = memory_shared->partitions[p].head; entry && nrows < maxrows; entry = entry->next)
-		{
-			if (entry->key.name.dbid != MyDatabaseId || entry->key.name.relid != relid ||
-				entry->key.provisional)
-				continue;
-			rows[nrows].name = entry->key.name;
-			rows[nrows].template_len = memory_template_name_len(entry);
-			SpinLockAcquire(&entry->mutex);
-			rows[nrows].bucket = entry->bucket;
-			SpinLockRelease(&entry->mutex);
-			nrows++;
-		}
-		LWLockRelease(lock);
+		int			nrows = copy_partition(p, relid, false, &rows, &maxrows);
 
 		for (int i = 0; i < nrows; i++)
 		{
@@ -1019,29 +858,6 @@ memory_list(Oid relid, Tuplestorestate *store, TupleDesc desc)
 			tuplestore_putvalues(store, desc, values, nulls);
 		}
 	}
-}
-
-/* The GUCs, and the store's shared memory (the library being preloaded). */
-void
-memory_entries_init(void)
-{
-	DefineCustomIntVariable("tokenbucket.max_memory_buckets",
-							"Most memory token buckets the server keeps at once.",
-							"Each takes shared memory from the start; "
-							"a tenth is kept for named buckets, which keys made from templates never take.",
-							&max_memory_buckets,
-							10000, 100, 100000000,
-							PGC_POSTMASTER, 0,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("tokenbucket.max_template_keys",
-							"Most keys one memory template may have at once.",
-							"0 means a quarter of tokenbucket.max_memory_buckets. "
-							"A template at its limit reuses its idle keys, or refuses new ones.",
-							&max_template_keys,
-							0, 0, 100000000,
-							PGC_SIGHUP, 0,
-							NULL, NULL, NULL);
-	shmem_register(&memory_area);
 }
 
 PG_FUNCTION_INFO_V1(tb_memory_buckets);
@@ -1080,14 +896,6 @@ tb_memory_empty_at(PG_FUNCTION_ARGS)
 	PG_RETURN_TIMESTAMPTZ(memory_shared->empty_at);
 }
 
-/* One row of tb_memory_counters(), copied out under its partition's lock. */
-typedef struct ListedCounters
-{
-	SharedKey	name;
-	TimestampTz since;
-	StatsCounters counters;
-} ListedCounters;
-
 PG_FUNCTION_INFO_V1(tb_memory_counters);
 
 /*
@@ -1104,7 +912,7 @@ tb_memory_counters(PG_FUNCTION_ARGS)
 	TupleDesc	desc;
 	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
 	Oid			relid = installation_table(fcinfo);
-	ListedCounters *rows = NULL;
+	ListedEntry *rows = NULL;
 	int			maxrows = 0;
 
 	check_may_read(fcinfo, "tb_memory_counters()", views);
@@ -1113,38 +921,10 @@ tb_memory_counters(PG_FUNCTION_ARGS)
 	memory_require();
 	for (int p = 0; p < MEMORY_PARTITIONS; p++)
 	{
-		LWLock	   *lock = &memory_shared->locks[p].lock;
-		int			nrows = 0;
-		int			wanted = 0;
-		MemoryEntry *entry;
+		int			nrows = copy_partition(p, relid, true, &rows, &maxrows);
 		Datum		values[2 + STATS_COLUMNS];
 		bool		nulls[2 + STATS_COLUMNS] = {0};
 
-		/* room first: nothing may fail under the lock */
-		LWLockAcquire(lock, LW_SHARED);
-		for (entry = memory_shared->partitions[p].head; entry; entry = entry->next)
-			wanted++;
-		LWLockRelease(lock);
-		if (wanted > maxrows)
-		{
-			maxrows = wanted * 2;
-			rows = rows ? repalloc(rows, sizeof(ListedCounters) * maxrows) :
-				palloc(sizeof(ListedCounters) * maxrows);
-		}
-		LWLockAcquire(lock, LW_SHARED);
-		for (entry = memory_shared->partitions[p].head; entry && nrows < maxrows; entry = entry->next)
-		{
-			if (entry->key.name.dbid != MyDatabaseId || entry->key.name.relid != relid ||
-				entry->key.provisional || entry->template == NULL)
-				continue;
-			rows[nrows].name = entry->key.name;
-			SpinLockAcquire(&entry->mutex);
-			rows[nrows].since = entry->since;
-			rows[nrows].counters = entry->counters;
-			SpinLockRelease(&entry->mutex);
-			nrows++;
-		}
-		LWLockRelease(lock);
 		for (int i = 0; i < nrows; i++)
 		{
 			values[0] = PointerGetDatum(cstring_to_text_with_len(rows[i].name.name,

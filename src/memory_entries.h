@@ -12,6 +12,7 @@
 #define TOKENBUCKET_MEMORY_ENTRIES_H
 
 #include "access/xlogdefs.h"
+#include "pgstat.h"
 #include "bucket.h"
 #include "port/atomics.h"
 #include "shmem.h"
@@ -27,6 +28,9 @@
 
 /* Partitions of the hash, each with its LWLock (a power of 2). */
 #define MEMORY_PARTITIONS	128
+
+/* the marker of use: memory buckets were used here (memory_state.c) */
+#define MARKER_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/tokenbucket.used"
 
 /* Most memory templates with keys at once. */
 #define MEMORY_TEMPLATES	1024
@@ -103,9 +107,14 @@ typedef enum EntryMade
 } EntryMade;
 
 extern int	max_memory_buckets;
+extern int	max_template_keys;
 extern MemoryShared *memory_shared;
+extern bool memory_loading;
 
-extern void memory_entries_init(void);
+extern Size memory_shmem_size(void);
+extern int	memory_shmem_locks(void);
+extern void memory_attach(LWLockPadded *locks);
+extern void memory_remove_every(void);
 extern void memory_require(void);
 extern bool memory_usable(void);
 extern Bucket memory_absent_state(const Bucket *settings, TimestampTz now);

@@ -22,10 +22,8 @@
  * is made as soon as its row is (so tb_create fails at once when there is
  * no room, and the room is set aside from then on).
  *
- * Rollback: what a (sub)transaction did to an entry's tokens and pause is
- * kept per entry and nest level, not per call, and undone if that level
- * aborts, so ROLLBACK gives grants back as it does for a row, and ten
- * million grants on one bucket keep one record.
+ * Rollback, the commit of settings changes and provisional entries, and
+ * waiters' marks are memory_xact.c's.
  *
  * src/memory_store.c
  *
@@ -39,7 +37,8 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "common.h"
-#include "memory_entries.h"
+#include "memory_state.h"
+#include "memory_xact.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
@@ -49,270 +48,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-/*
- * What to undo if the (sub)transaction level that did it aborts, per
- * entry: the tokens it took are added back (grants of 2 and 3 record 5, a
- * refund of 2 records -2), and a pause it set is lifted.  Records that
- * ever took tokens back (a refund's) pin their entry until the transaction
- * ends: were it removed as full meanwhile, a rollback would leave it full.
- */
-typedef struct UndoId
-{
-	uint64		serial;			/* of the entry */
-	int			level;			/* transaction nest level */
-} UndoId;
-
-typedef struct Undo
-{
-	UndoId		id;				/* first: the hash's key */
-	MemoryKey	key;
-	uint32		hashcode;
-	double		tokens;			/* tokens to add back (take when negative) */
-	int			pins;			/* pins it holds on the entry */
-	bool		paused;			/* a pause to lift: */
-	TimestampTz pause_from;		/* the pause before the first change */
-	TimestampTz pause_to;		/* the pause set by the last */
-} Undo;
-
-/* A settings change to apply at commit, in order. */
-typedef struct Pending
-{
-	ConfigChange kind;
-	SharedKey	key;			/* a template's without its '*' */
-	bool		template;
-	int			level;
-	uint64		seq;			/* its place in the transaction's changes */
-	double		capacity;
-	double		refill_rate;
-} Pending;
-
-/* A provisional entry this transaction owns. */
-typedef struct Provisional
-{
-	MemoryKey	key;
-	uint64		serial;
-	int			level;
-	uint64		seq;			/* changes made before it: pendings[< seq] */
-} Provisional;
-
-/* An entry this backend asked to be woken by (watch()). */
-typedef struct Watched
-{
-	MemoryKey	key;
-	int			level;
-} Watched;
-
 static void memory_check_make(int len);
-
-/* this backend's transaction, in xact_context (reset when it ends) */
-static MemoryContext xact_context = NULL;
-static HTAB *undos = NULL;
-static Undo *last_undo = NULL;	/* the record used last: the same bucket
-								 * again needs no lookup */
-static List **undo_levels = NULL;	/* Undo * per nest level */
-static int	max_undo_level = 0;
-static List *pendings = NIL;
-static List *provisionals = NIL;
-static List *watched = NIL;
-static uint64 next_seq = 1;
-
-/* The transaction's memory, made on first use. */
-static MemoryContext
-xact_memory(void)
-{
-	if (xact_context == NULL)
-		xact_context = AllocSetContextCreate(TopMemoryContext, "tokenbucket transaction",
-											 ALLOCSET_SMALL_SIZES);
-	return xact_context;
-}
-
-/*
- * The undo record of "entry" at the current nest level, made if need be;
- * called under the entry's partition lock but not its spinlock (it may
- * allocate, or fail).
- */
-static Undo *
-undo_for(MemoryEntry *entry)
-{
-	UndoId		id = {entry->serial, GetCurrentTransactionNestLevel()};
-	Undo	   *undo;
-	bool		found;
-
-	if (last_undo != NULL && last_undo->id.serial == id.serial &&
-		last_undo->id.level == id.level)
-		return last_undo;
-	if (undos == NULL)
-	{
-		HASHCTL		info;
-
-		info.keysize = sizeof(UndoId);
-		info.entrysize = sizeof(Undo);
-		info.hcxt = xact_memory();
-		undos = hash_create("tokenbucket undo", 64, &info,
-							HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	}
-	undo = hash_search(undos, &id, HASH_ENTER, &found);
-	if (!found)
-	{
-		MemoryContext old = MemoryContextSwitchTo(xact_memory());
-
-		undo->key = entry->key;
-		undo->hashcode = entry->hashcode;
-		undo->tokens = 0;
-		undo->pins = 0;
-		undo->paused = false;
-		if (id.level >= max_undo_level)
-		{
-			int			n = Max(8, id.level * 2);
-
-			if (undo_levels == NULL)
-				undo_levels = palloc0(sizeof(List *) * n);
-			else
-			{
-				undo_levels = repalloc(undo_levels, sizeof(List *) * n);
-				memset(undo_levels + max_undo_level, 0,
-					   sizeof(List *) * (n - max_undo_level));
-			}
-			max_undo_level = n;
-		}
-		undo_levels[id.level] = lappend(undo_levels[id.level], undo);
-		MemoryContextSwitchTo(old);
-	}
-	last_undo = undo;
-	return undo;
-}
-
-/*
- * Remember that "entry" changed by "tokens" (and maybe its pause, from
- * "pause_from") in "undo".  The caller holds the entry's spinlock.
- */
-static void
-remember(Undo *undo, MemoryEntry *entry, double tokens, bool paused,
-		 TimestampTz pause_from)
-{
-	undo->tokens += tokens;
-	if (tokens < 0 && undo->pins == 0)
-	{
-		undo->pins = 1;
-		entry->pins++;
-	}
-	if (paused)
-	{
-		if (!undo->paused)
-			undo->pause_from = pause_from;
-		undo->paused = true;
-		undo->pause_to = entry->bucket.paused_until;
-	}
-}
-
-/*
- * Apply "undo" to its entry (give_back: its tokens and pause; else only
- * release its pins).  The entry may have gone meanwhile (dropped, or
- * removed as full): then there is nothing to do.
- */
-static void
-apply_undo(const Undo *undo, bool give_back, TimestampTz now)
-{
-	LWLock	   *lock = memory_partition_lock(undo->hashcode);
-	MemoryEntry *entry;
-	int			waiter = -1;
-
-	if (!give_back && undo->pins == 0)
-		return;
-	LWLockAcquire(lock, LW_SHARED);
-	entry = memory_find(&undo->key, undo->hashcode);
-	if (entry != NULL && entry->serial == undo->id.serial)
-	{
-		SpinLockAcquire(&entry->mutex);
-		entry->pins -= undo->pins;
-		if (give_back)
-		{
-			if (undo->tokens != 0)
-				bucket_adjust(&entry->bucket, undo->tokens, now);
-			if (undo->paused && entry->bucket.paused_until == undo->pause_to)
-				entry->bucket.paused_until = undo->pause_from;
-			waiter = entry->waiter;
-		}
-		SpinLockRelease(&entry->mutex);
-	}
-	LWLockRelease(lock);
-	memory_wake(waiter);
-}
-
-/*
- * A subtransaction of nest level "level" ended: undo what it did (abort),
- * or make it its parent's, merging records of one entry (commit).
- */
-static void
-undo_level_end(int level, bool abort)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	ListCell   *lc;
-
-	if (undos == NULL || level >= max_undo_level)
-		return;
-	last_undo = NULL;
-	foreach(lc, undo_levels[level])
-	{
-		Undo	   *undo = lfirst(lc);
-		Undo		copy = *undo;
-		UndoId		parent_id = {copy.id.serial, level - 1};
-		Undo	   *parent;
-		bool		found;
-
-		if (abort)
-			apply_undo(undo, true, now);
-		(void) hash_search(undos, &copy.id, HASH_REMOVE, NULL);
-		if (abort)
-			continue;
-		parent = hash_search(undos, &parent_id, HASH_ENTER, &found);
-		if (!found)
-		{
-			MemoryContext old = MemoryContextSwitchTo(xact_memory());
-
-			*parent = copy;
-			parent->id = parent_id;
-			undo_levels[level - 1] = lappend(undo_levels[level - 1], parent);
-			MemoryContextSwitchTo(old);
-			continue;
-		}
-		parent->tokens += copy.tokens;
-		parent->pins += copy.pins;
-		if (copy.paused)
-		{
-			if (!parent->paused)
-				parent->pause_from = copy.pause_from;
-			parent->paused = true;
-			parent->pause_to = copy.pause_to;
-		}
-	}
-	undo_levels[level] = NIL;
-}
-
-/* Whether this transaction's pending changes make "key" a bucket that is gone. */
-static bool
-dropped_here(const MemoryKey *key)
-{
-	ListCell   *lc;
-
-	foreach(lc, pendings)
-	{
-		Pending    *pending = lfirst(lc);
-
-		if (pending->kind == CONFIG_ALTERED)
-			continue;
-		if (pending->key.dbid != key->name.dbid || pending->key.relid != key->name.relid)
-			continue;
-		if (pending->kind == CONFIG_TRUNCATED)
-			return true;
-		if (pending->template ?
-			(key->name.len >= pending->key.len &&
-			 memcmp(key->name.name, pending->key.name, pending->key.len) == 0) :
-			shared_key_match(&pending->key, &key->name, sizeof(SharedKey)) == 0)
-			return true;
-	}
-	return false;
-}
 
 /*
  * Find the entry this backend uses for "name", and take its partition's
@@ -326,11 +62,11 @@ lookup(Oid relid, text *name, MemoryKey *key, LWLock **lock)
 	MemoryEntry *entry;
 	uint32		hashcode;
 
-	if (!memory_key_text(key, relid, name, provisionals != NIL) || !memory_usable())
+	if (!memory_key_text(key, relid, name, memory_has_provisionals()) || !memory_usable())
 		return NULL;
 	for (;;)
 	{
-		if (!key->provisional && pendings != NIL && dropped_here(key))
+		if (!key->provisional && memory_dropped_here(key))
 			return NULL;
 		hashcode = memory_hashcode(key);
 		*lock = memory_partition_lock(hashcode);
@@ -372,7 +108,7 @@ memory_take(Oid relid, Request *request, TimestampTz now)
 	SpinLockRelease(&entry->mutex);
 	request->template_len = memory_template_name_len(entry);
 	if (granted && request->cost > 0)
-		undo_for(entry)->tokens += request->cost;
+		memory_undo_for(entry)->tokens += request->cost;
 	LWLockRelease(lock);
 	return granted ? STORE_GRANTED : STORE_DENIED;
 }
@@ -413,15 +149,12 @@ untake(Oid relid, Request *request, TimestampTz now)
 	MemoryKey	key;
 	LWLock	   *lock;
 	MemoryEntry *entry = lookup(relid, request->name, &key, &lock);
-	UndoId		id;
 	Undo	   *undo;
 	int			waiter;
 
 	if (entry == NULL)
 		return;
-	id.serial = entry->serial;
-	id.level = GetCurrentTransactionNestLevel();
-	undo = undos ? hash_search(undos, &id, HASH_FIND, NULL) : NULL;
+	undo = memory_undo_find(entry);
 	SpinLockAcquire(&entry->mutex);
 	bucket_adjust(&entry->bucket, request->cost, now);
 	if (undo != NULL)
@@ -509,17 +242,7 @@ memory_make(Oid relid, text *name, const Bucket *state, int template_len,
 							 provisional ? GetTopTransactionId() : InvalidTransactionId,
 							 provisional ? PG_UINT64_MAX : generation, true, &entry);
 	if (made == ENTRY_MADE && provisional)
-	{
-		MemoryContext old = MemoryContextSwitchTo(xact_memory());
-		Provisional *p = palloc(sizeof(Provisional));
-
-		p->key = key;
-		p->serial = entry->serial;
-		p->level = GetCurrentTransactionNestLevel();
-		p->seq = next_seq++;
-		provisionals = lappend(provisionals, p);
-		MemoryContextSwitchTo(old);
-	}
+		memory_add_provisional(&key, entry->serial);
 	return made == ENTRY_MADE ? STORE_MADE :
 		made == ENTRY_EXISTS ? STORE_EXISTS : STORE_STALE;
 }
@@ -545,7 +268,7 @@ memory_change(Oid relid, text *name, BucketChange change, const void *arg,
 
 	if (entry == NULL)
 		return false;
-	undo = undo_for(entry);
+	undo = memory_undo_for(entry);
 	SpinLockAcquire(&entry->mutex);
 	before = entry->bucket;
 	*after = before;
@@ -553,7 +276,7 @@ memory_change(Oid relid, text *name, BucketChange change, const void *arg,
 	if (isfinite(after->deficit))
 	{
 		entry->bucket = *after;
-		remember(undo, entry, bucket_tokens_at(&before, now) - bucket_tokens_at(after, now),
+		memory_remember(undo, entry, bucket_tokens_at(&before, now) - bucket_tokens_at(after, now),
 				 before.paused_until != after->paused_until, before.paused_until);
 		waiter = entry->waiter;
 	}
@@ -588,349 +311,8 @@ memory_watch(Oid relid, text *name, bool on)
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(lock);
 	if (on)
-	{
-		MemoryContext old = MemoryContextSwitchTo(xact_memory());
-		Watched    *w = palloc(sizeof(Watched));
-
-		w->key = key;
-		w->level = GetCurrentTransactionNestLevel();
-		watched = lappend(watched, w);
-		MemoryContextSwitchTo(old);
-	}
+		memory_add_watch(&key);
 	return true;
-}
-
-/* Stop being the waiter of the entries watched from nest level "level" on. */
-static void
-unwatch_from(int level)
-{
-	ListCell   *lc;
-
-	foreach(lc, watched)
-	{
-		Watched    *w = lfirst(lc);
-		uint32		hashcode;
-		LWLock	   *lock;
-		MemoryEntry *entry;
-
-		if (w->level < level)
-			continue;
-		hashcode = memory_hashcode(&w->key);
-		lock = memory_partition_lock(hashcode);
-		LWLockAcquire(lock, LW_SHARED);
-		entry = memory_find(&w->key, hashcode);
-		if (entry != NULL)
-		{
-			SpinLockAcquire(&entry->mutex);
-			if (entry->waiter == MY_PROC_NUMBER)
-				entry->waiter = -1;
-			SpinLockRelease(&entry->mutex);
-		}
-		LWLockRelease(lock);
-		watched = foreach_delete_current(watched, lc);
-	}
-}
-
-/*
- * Whether "entry" is made from a template shorter than the prefix of
- * "pending" (a new template's) that its name starts with.
- */
-static bool
-shadowed(const MemoryEntry *entry, const Pending *pending)
-{
-	return entry->template != NULL &&
-		entry->key.name.dbid == pending->key.dbid &&
-		entry->key.name.relid == pending->key.relid &&
-		entry->template->key.len < pending->key.len &&
-		entry->key.name.len >= pending->key.len &&
-		memcmp(entry->key.name.name, pending->key.name, pending->key.len) == 0;
-}
-
-/*
- * A template was made: the keys its prefix covers that shorter templates
- * made (committed ones, and this transaction's made before it) go, to be
- * made from it.  The caller holds every lock.
- */
-static void
-shadow(const Pending *pending, TimestampTz now)
-{
-	ListCell   *lc;
-
-	for (int p = 0; p < MEMORY_PARTITIONS; p++)
-	{
-		MemoryEntry *entry = memory_shared->partitions[p].head;
-
-		while (entry != NULL)
-		{
-			MemoryEntry *next = entry->next;
-
-			if (!entry->key.provisional && shadowed(entry, pending))
-			{
-				memory_wake(entry->waiter);
-				memory_remove_entry(entry);
-			}
-			entry = next;
-		}
-	}
-	foreach(lc, provisionals)
-	{
-		Provisional *p = lfirst(lc);
-		MemoryEntry *entry = memory_find(&p->key, memory_hashcode(&p->key));
-
-		if (p->seq < pending->seq && entry != NULL && entry->serial == p->serial &&
-			shadowed(entry, pending))
-		{
-			memory_remove_entry(entry);
-			provisionals = foreach_delete_current(provisionals, lc);
-		}
-	}
-}
-
-/*
- * Apply one settings change at commit (the caller holds every lock): to
- * the committed entries it names (a template's: every entry made from
- * it), and to this transaction's provisional entries made before it.
- */
-static void
-apply_pending(const Pending *pending, TimestampTz now)
-{
-	MemoryKey	key;
-	uint32		hashcode;
-	MemoryEntry *entry;
-	ListCell   *lc;
-
-	if (pending->kind == CONFIG_SHADOWED)
-	{
-		shadow(pending, now);
-		return;
-	}
-	if (pending->kind == CONFIG_TRUNCATED || pending->template)
-	{
-		if (pending->kind == CONFIG_ALTERED)
-		{
-			for (int p = 0; p < MEMORY_PARTITIONS; p++)
-				for (entry = memory_shared->partitions[p].head; entry; entry = entry->next)
-					if (entry->template != NULL &&
-						entry->key.name.dbid == pending->key.dbid &&
-						entry->key.name.relid == pending->key.relid &&
-						entry->template->key.len == pending->key.len &&
-						memcmp(entry->template->key.name, pending->key.name, pending->key.len) == 0)
-					{
-						memory_wake(entry->waiter);
-						bucket_reconfigure(&entry->bucket, pending->capacity,
-										   pending->refill_rate, now);
-					}
-		}
-		else
-			memory_remove_all(pending->key.dbid, pending->key.relid,
-							  pending->kind == CONFIG_TRUNCATED ? NULL : pending->key.name,
-							  pending->key.len);
-	}
-	else
-	{
-		memset(&key, 0, sizeof(key));
-		key.name = pending->key;
-		hashcode = memory_hashcode(&key);
-		entry = memory_find(&key, hashcode);
-		if (entry != NULL)
-		{
-			memory_wake(entry->waiter);
-			if (pending->kind == CONFIG_DROPPED)
-				memory_remove_entry(entry);
-			else
-				bucket_reconfigure(&entry->bucket, pending->capacity,
-								   pending->refill_rate, now);
-		}
-	}
-
-	/* this transaction's provisional entries made before the change */
-	foreach(lc, provisionals)
-	{
-		Provisional *p = lfirst(lc);
-		bool		matches;
-
-		if (p->seq > pending->seq)
-			continue;
-		entry = memory_find(&p->key, memory_hashcode(&p->key));
-		if (entry == NULL || entry->serial != p->serial)
-			continue;
-		matches = pending->kind == CONFIG_TRUNCATED ||
-			(pending->template ?
-			 (entry->template != NULL && entry->template->key.len == pending->key.len &&
-			  memcmp(entry->template->key.name, pending->key.name, pending->key.len) == 0) :
-			 shared_key_match(&pending->key, &p->key.name, sizeof(SharedKey)) == 0);
-		if (!matches || p->key.name.relid != pending->key.relid)
-			continue;
-		if (pending->kind == CONFIG_ALTERED)
-			bucket_reconfigure(&entry->bucket, pending->capacity, pending->refill_rate, now);
-		else
-		{
-			memory_remove_entry(entry);
-			provisionals = foreach_delete_current(provisionals, lc);
-		}
-	}
-}
-
-/*
- * At commit: apply the settings changes in order, then make this
- * transaction's provisional entries their buckets' committed ones.
- */
-static void
-commit_configuration(void)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	ListCell   *lc;
-
-	memory_lock_all(LW_EXCLUSIVE);
-	foreach(lc, pendings)
-		apply_pending(lfirst(lc), now);
-	foreach(lc, provisionals)
-	{
-		Provisional *p = lfirst(lc);
-		MemoryEntry *entry = memory_find(&p->key, memory_hashcode(&p->key));
-		MemoryKey	committed = p->key;
-
-		if (entry == NULL || entry->serial != p->serial)
-			continue;
-		committed.provisional = false;
-		/* a committed entry made meanwhile was made under our wait: none */
-		if (!memory_rekey(entry, &committed))
-			memory_remove_entry(entry);
-	}
-	pg_atomic_fetch_add_u64(&memory_shared->changes, 1);
-	memory_unlock_all();
-}
-
-/* Remove this transaction's provisional entries of nest level "level" on. */
-static void
-remove_provisionals_from(int level)
-{
-	ListCell   *lc;
-
-	foreach(lc, provisionals)
-	{
-		Provisional *p = lfirst(lc);
-		uint32		hashcode;
-		LWLock	   *lock;
-		MemoryEntry *entry;
-
-		if (p->level < level)
-			continue;
-		hashcode = memory_hashcode(&p->key);
-		lock = memory_partition_lock(hashcode);
-		LWLockAcquire(lock, LW_EXCLUSIVE);
-		entry = memory_find(&p->key, hashcode);
-		if (entry != NULL && entry->serial == p->serial)
-		{
-			memory_wake(entry->waiter);
-			memory_remove_entry(entry);
-		}
-		LWLockRelease(lock);
-		provisionals = foreach_delete_current(provisionals, lc);
-	}
-}
-
-/* Forget the transaction's state (at its end). */
-static void
-reset_transaction(void)
-{
-	undos = NULL;
-	last_undo = NULL;
-	undo_levels = NULL;
-	max_undo_level = 0;
-	pendings = NIL;
-	provisionals = NIL;
-	watched = NIL;
-	next_seq = 1;
-	if (xact_context != NULL)
-		MemoryContextReset(xact_context);
-}
-
-/* Undo (or only release the pins of) every record of the transaction. */
-static void
-undo_all(bool give_back)
-{
-	TimestampTz now = GetCurrentTimestamp();
-
-	for (int level = max_undo_level - 1; level >= 0; level--)
-	{
-		ListCell   *lc;
-
-		foreach(lc, undo_levels[level])
-			apply_undo(lfirst(lc), give_back, now);
-	}
-}
-
-/* XactCallback: configuration and pins at commit, undo at abort. */
-static void
-memory_xact_callback(XactEvent event, void *arg)
-{
-	if (memory_shared == NULL)
-		return;
-	switch (event)
-	{
-		case XACT_EVENT_PRE_PREPARE:
-			if (undos != NULL || pendings != NIL || provisionals != NIL)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that used memory token buckets"),
-						 errdetail("A prepared transaction could not give back what it took from shared memory if it were rolled back later.")));
-			return;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			if (pendings != NIL || provisionals != NIL)
-				commit_configuration();
-			if (undos != NULL)
-				undo_all(false);
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			if (undos != NULL)
-				undo_all(true);
-			remove_provisionals_from(0);
-			break;
-		default:
-			return;
-	}
-	unwatch_from(0);
-	reset_transaction();
-}
-
-/*
- * SubXactCallback: what an aborted subtransaction did is undone (its
- * grants given back, its provisional entries and settings changes
- * forgotten, its waits' marks cleared); what a committed one did becomes
- * its parent's.
- */
-static void
-memory_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-						SubTransactionId parentSubid, void *arg)
-{
-	int			level = GetCurrentTransactionNestLevel();
-	ListCell   *lc;
-
-	if (memory_shared == NULL ||
-		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
-		return;
-	undo_level_end(level, event == SUBXACT_EVENT_ABORT_SUB);
-	if (event == SUBXACT_EVENT_COMMIT_SUB)
-	{
-		foreach(lc, pendings)
-			if (((Pending *) lfirst(lc))->level >= level)
-				((Pending *) lfirst(lc))->level = level - 1;
-		foreach(lc, provisionals)
-			if (((Provisional *) lfirst(lc))->level >= level)
-				((Provisional *) lfirst(lc))->level = level - 1;
-		foreach(lc, watched)
-			if (((Watched *) lfirst(lc))->level >= level)
-				((Watched *) lfirst(lc))->level = level - 1;
-		return;
-	}
-	remove_provisionals_from(level);
-	unwatch_from(level);
-	foreach(lc, pendings)
-		if (((Pending *) lfirst(lc))->level >= level)
-			pendings = foreach_delete_current(pendings, lc);
 }
 
 /*
@@ -941,9 +323,6 @@ static void
 memory_configure(ConfigChange kind, Oid relid, const char *name, int len,
 				 double capacity, double refill_rate)
 {
-	MemoryContext oldcontext;
-	Pending    *pending;
-
 	if (memory_shared == NULL)
 		return;					/* no memory buckets without preloading */
 	if (kind == CONFIG_MADE)
@@ -968,24 +347,10 @@ memory_configure(ConfigChange kind, Oid relid, const char *name, int len,
 			return;
 		kind = CONFIG_DROPPED;
 	}
-	oldcontext = MemoryContextSwitchTo(xact_memory());
-	pending = palloc0(sizeof(Pending));
-	pending->kind = kind;
-	pending->template = is_template_key(name, len);
-	if (pending->template)
-		len--;
-	if (!shared_key_make(&pending->key, relid, name, len))
-	{
-		/* too long to have an entry: nothing to change */
-		MemoryContextSwitchTo(oldcontext);
+	/* too long to have an entry: nothing to change */
+	if (len - (is_template_key(name, len) ? 1 : 0) > SHARED_NAME_MAX_BYTES)
 		return;
-	}
-	pending->level = GetCurrentTransactionNestLevel();
-	pending->seq = next_seq++;
-	pending->capacity = capacity;
-	pending->refill_rate = refill_rate;
-	pendings = lappend(pendings, pending);
-	MemoryContextSwitchTo(oldcontext);
+	memory_add_pending(kind, MyDatabaseId, relid, name, len, capacity, refill_rate);
 }
 
 /*
@@ -996,20 +361,8 @@ memory_configure(ConfigChange kind, Oid relid, const char *name, int len,
 static void
 memory_forget(Oid dbid, Oid relid)
 {
-	MemoryContext oldcontext;
-	Pending    *pending;
-
-	if (memory_shared == NULL)
-		return;
-	oldcontext = MemoryContextSwitchTo(xact_memory());
-	pending = palloc0(sizeof(Pending));
-	pending->kind = CONFIG_TRUNCATED;
-	pending->key.dbid = dbid;
-	pending->key.relid = relid;
-	pending->level = GetCurrentTransactionNestLevel();
-	pending->seq = next_seq++;
-	pendings = lappend(pendings, pending);
-	MemoryContextSwitchTo(oldcontext);
+	if (memory_shared != NULL)
+		memory_add_pending(CONFIG_TRUNCATED, dbid, relid, "", 0, 0, 0);
 }
 
 /*
@@ -1175,9 +528,8 @@ memory_init(void)
 {
 	if (!process_shared_preload_libraries_in_progress)
 		return;
-	memory_entries_init();
-	RegisterXactCallback(memory_xact_callback, NULL);
-	RegisterSubXactCallback(memory_subxact_callback, NULL);
+	memory_state_init();
+	memory_xact_init();
 }
 
 const StoreRoutine memory_store = {

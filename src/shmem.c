@@ -23,11 +23,13 @@
 #include "catalog/pg_control.h"
 #include "common/controldata_utils.h"
 #include "common/hashfn.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "shmem.h"
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
+#include "utils/builtins.h"
 #include "utils/elog.h"
 
 #define MAX_AREAS 4
@@ -79,6 +81,72 @@ bool
 shared_key_text(SharedKey *key, Oid relid, text *name)
 {
 	return shared_key_make(key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+}
+
+/*
+ * hash_search() support for a long key: a key whose name may be longer than
+ * it holds (see shared_key_long())
+ */
+uint32
+shared_key_long_hash(const void *key, Size keysize)
+{
+	const SharedKey *k = key;
+
+	return hash_combine(hash_combine(k->dbid, k->relid),
+						hash_bytes((const unsigned char *) k->name,
+								   Min(k->len, SHARED_NAME_MAX_BYTES)) ^ k->len);
+}
+
+/* hash_search() support for a long key: 0 when equal. */
+int
+shared_key_long_match(const void *key1, const void *key2, Size keysize)
+{
+	const SharedKey *a = key1;
+	const SharedKey *b = key2;
+
+	return !(a->dbid == b->dbid && a->relid == b->relid && a->len == b->len &&
+			 memcmp(a->name, b->name, Min(a->len, SHARED_NAME_MAX_BYTES)) == 0);
+}
+
+/*
+ * The long key of "name" ("len" bytes, up to 65535) of installation
+ * "relid", zeroed past the name: a name longer than SHARED_NAME_MAX_BYTES
+ * as its first LONG_NAME_PREFIX bytes and a 64-bit hash of the whole.
+ */
+void
+shared_key_long(SharedKey *key, Oid relid, const char *name, int len)
+{
+	memset(key, 0, sizeof(SharedKey));
+	key->dbid = MyDatabaseId;
+	key->relid = relid;
+	key->len = len;
+	if (len <= SHARED_NAME_MAX_BYTES)
+		memcpy(key->name, name, len);
+	else
+	{
+		uint64		h = hash_bytes_extended((const unsigned char *) name, len, 0);
+
+		memcpy(key->name, name, LONG_NAME_PREFIX);
+		memcpy(key->name + LONG_NAME_PREFIX, &h, sizeof(h));
+	}
+}
+
+/*
+ * The text a view joins a key on: a name that fits, else its first bytes
+ * (to a character's boundary), an ellipsis and its hash.
+ */
+text *
+shared_key_long_text(const SharedKey *key)
+{
+	uint64		h;
+	int			prefix;
+
+	if (key->len <= SHARED_NAME_MAX_BYTES)
+		return cstring_to_text_with_len(key->name, key->len);
+	memcpy(&h, key->name + LONG_NAME_PREFIX, sizeof(h));
+	prefix = pg_mbcliplen(key->name, LONG_NAME_PREFIX, LONG_NAME_PREFIX);
+	return cstring_to_text(psprintf("%.*s...#%016" INT64_MODIFIER "x", prefix,
+									key->name, h));
 }
 
 /* Ask for every area's memory and locks. */

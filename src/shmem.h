@@ -36,6 +36,18 @@ extern uint32 shared_key_hash(const void *key, Size keysize);
 extern int	shared_key_match(const void *key1, const void *key2, Size keysize);
 
 /*
+ * A long key: a name of any length, one longer than SHARED_NAME_MAX_BYTES
+ * kept as its first LONG_NAME_PREFIX bytes and a 64-bit hash of it all
+ * ("len" is the whole name's).
+ */
+#define LONG_NAME_PREFIX (SHARED_NAME_MAX_BYTES - 8)
+
+extern void shared_key_long(SharedKey *key, Oid relid, const char *name, int len);
+extern uint32 shared_key_long_hash(const void *key, Size keysize);
+extern int	shared_key_long_match(const void *key1, const void *key2, Size keysize);
+extern text *shared_key_long_text(const SharedKey *key);
+
+/*
  * A part of shared memory set aside when the server starts (the library
  * preloaded), and a tranche of LWLocks named after it.
  */

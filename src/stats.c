@@ -28,8 +28,8 @@
  * is ever made on a call's behalf.
  *
  * Names longer than an entry holds (128 bytes) are kept under their first
- * 120 bytes and a 64-bit hash of the whole name; tb_stats_key() gives the
- * views that key, to join on.
+ * 120 bytes and a 64-bit hash of the whole name (shmem.c's long keys);
+ * tb_stats_key() gives the views that key, to join on.
  *
  * A clean shutdown saves every counter to a file read back at the next
  * start (shmem.c's StateFile): counters start again from zero only after
@@ -45,7 +45,6 @@
 #include "common.h"
 #include "common/hashfn.h"
 #include "funcapi.h"
-#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "shmem.h"
@@ -60,9 +59,6 @@
 
 /* partitions of the hash, each with its LWLock (a power of 2) */
 #define STATS_PARTITIONS	16
-
-/* a long name's key: its first bytes, then a hash of it all */
-#define LONG_NAME_PREFIX	(SHARED_NAME_MAX_BYTES - 8)
 
 /* the clock: partitions looked in per entry made, entries per partition */
 #define CLOCK_PARTITIONS	4
@@ -148,70 +144,8 @@ static HTAB *hash = NULL;
 static MemoryContext pending_context = NULL;
 static HTAB *pendings = NULL;
 static Pending *last = NULL;	/* the pending counted in last */
+static int	deepest = 0;		/* no count is kept at a deeper level */
 static List *forgets = NIL;
-
-/* hash_search() support for a counter's key */
-static uint32
-stats_key_hash(const void *key, Size keysize)
-{
-	const SharedKey *k = key;
-
-	return hash_combine(hash_combine(k->dbid, k->relid),
-						hash_bytes((const unsigned char *) k->name,
-								   Min(k->len, SHARED_NAME_MAX_BYTES)) ^ k->len);
-}
-
-/* hash_search() support for a counter's key: 0 when equal. */
-static int
-stats_key_match(const void *key1, const void *key2, Size keysize)
-{
-	const SharedKey *a = key1;
-	const SharedKey *b = key2;
-
-	return !(a->dbid == b->dbid && a->relid == b->relid && a->len == b->len &&
-			 memcmp(a->name, b->name, Min(a->len, SHARED_NAME_MAX_BYTES)) == 0);
-}
-
-/*
- * The counters' key of "name" ("len" bytes) of installation "relid",
- * zeroed past the name: a long name as its first LONG_NAME_PREFIX bytes
- * and a 64-bit hash of the whole.
- */
-static void
-stats_key(SharedKey *key, Oid relid, const char *name, int len)
-{
-	memset(key, 0, sizeof(SharedKey));
-	key->dbid = MyDatabaseId;
-	key->relid = relid;
-	key->len = len;
-	if (len <= SHARED_NAME_MAX_BYTES)
-		memcpy(key->name, name, len);
-	else
-	{
-		uint64		h = hash_bytes_extended((const unsigned char *) name, len, 0);
-
-		memcpy(key->name, name, LONG_NAME_PREFIX);
-		memcpy(key->name + LONG_NAME_PREFIX, &h, sizeof(h));
-	}
-}
-
-/*
- * The text a view joins a key on: a name that fits, else its first bytes
- * (to a character's boundary), an ellipsis and its hash.
- */
-static text *
-key_text(const SharedKey *key)
-{
-	uint64		h;
-	int			prefix;
-
-	if (key->len <= SHARED_NAME_MAX_BYTES)
-		return cstring_to_text_with_len(key->name, key->len);
-	memcpy(&h, key->name + LONG_NAME_PREFIX, sizeof(h));
-	prefix = pg_mbcliplen(key->name, LONG_NAME_PREFIX, LONG_NAME_PREFIX);
-	return cstring_to_text(psprintf("%.*s...#%016" INT64_MODIFIER "x", prefix,
-									key->name, h));
-}
 
 /* Add "delta" to "sum". */
 void
@@ -415,7 +349,7 @@ installation_since(Oid relid)
 	StatsEntry *entry;
 	TimestampTz since;
 
-	stats_key(&key, relid, "", 0);
+	shared_key_long(&key, relid, "", 0);
 	hashcode = get_hash_value(hash, &key);
 	LWLockAcquire(partition_lock(hashcode), LW_SHARED);
 	entry = hash_search_with_hash_value(hash, &key, hashcode, HASH_FIND, NULL);
@@ -463,7 +397,7 @@ stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
 	if (!stats_enabled())
 		return;
 	memset(&id, 0, sizeof(id));
-	stats_key(&id.key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+	shared_key_long(&id.key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
 	id.level = GetCurrentTransactionNestLevel();
 
 	/* the bucket counted in last, again: nothing to look up */
@@ -495,6 +429,7 @@ stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
 		pending = hash_search(pendings, &id, HASH_ENTER, &found);
 		if (!found)
 		{
+			deepest = Max(deepest, id.level);
 			if (template_len < 0)
 				template_len = known_template(&id.key);
 			pending->template_len = template_len >= 0 ? template_len : template_of(arg);
@@ -504,7 +439,7 @@ stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
 
 				memcpy(t, VARDATA_ANY(name), pending->template_len - 1);
 				t[pending->template_len - 1] = '*';
-				stats_key(&pending->template, relid, t, pending->template_len);
+				shared_key_long(&pending->template, relid, t, pending->template_len);
 				pfree(t);
 			}
 			pending->sink = sink;
@@ -589,6 +524,7 @@ reset_transaction(void)
 {
 	pendings = NULL;
 	last = NULL;
+	deepest = 0;
 	forgets = NIL;
 	if (pending_context != NULL)
 		MemoryContextReset(pending_context);
@@ -649,7 +585,8 @@ stats_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		else
 			forget->level = level - 1;
 	}
-	if (pendings != NULL)
+	/* no count at this level: nothing to look at (a subtransaction each) */
+	if (pendings != NULL && level <= deepest)
 	{
 		HASH_SEQ_STATUS status;
 		Pending    *pending;
@@ -681,6 +618,7 @@ stats_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		}
 		list_free(moved);
 		last = NULL;
+		deepest = level - 1;
 	}
 }
 
@@ -722,7 +660,7 @@ stats_reset(Oid relid, text *name)
 	stats_require();
 	if (name != NULL)
 	{
-		stats_key(&key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+		shared_key_long(&key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
 		template = is_template_name(name);
 	}
 	for (int p = 0; p < STATS_PARTITIONS; p++)
@@ -739,7 +677,7 @@ stats_reset(Oid relid, text *name)
 			{
 				if (name == NULL)
 					remove_entry(entry);
-				else if (stats_key_match(&entry->key, &key, 0) == 0 ||
+				else if (shared_key_long_match(&entry->key, &key, 0) == 0 ||
 						 (template && entry->kind == STATS_KEY &&
 						  entry->template_len == key.len &&
 						  memcmp(entry->key.name, key.name,
@@ -757,7 +695,7 @@ stats_reset(Oid relid, text *name)
 	{
 		StatsCounters none = {0};
 
-		stats_key(&key, relid, "", 0);
+		shared_key_long(&key, relid, "", 0);
 		(void) count_in(&key, STATS_INSTALLATION, 0, &none, now);
 	}
 }
@@ -785,7 +723,7 @@ stats_attach(LWLockPadded *locks)
 
 	shared = shmem_struct("tokenbucket stats", sizeof(StatsShared), &found);
 	hash = shmem_hash("tokenbucket counters", max_stats_buckets, sizeof(SharedKey),
-					  sizeof(StatsEntry), stats_key_hash, stats_key_match,
+					  sizeof(StatsEntry), shared_key_long_hash, shared_key_long_match,
 					  STATS_PARTITIONS);
 	if (found)
 		return;
@@ -966,7 +904,7 @@ list_counters(Oid relid, int kinds, Tuplestorestate *store, TupleDesc desc)
 		memset(nulls, 0, sizeof(nulls));
 		for (int i = 0; i < nrows; i++)
 		{
-			values[0] = PointerGetDatum(key_text(&rows[i].key));
+			values[0] = PointerGetDatum(shared_key_long_text(&rows[i].key));
 			stats_values(&rows[i].counters, values + 1);
 			values[1 + STATS_COLUMNS] = TimestampTzGetDatum(rows[i].since);
 			tuplestore_putvalues(store, desc, values, nulls);
@@ -1035,6 +973,6 @@ tb_stats_key(PG_FUNCTION_ARGS)
 	text	   *name = PG_GETARG_TEXT_PP(0);
 	SharedKey	key;
 
-	stats_key(&key, InvalidOid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
-	PG_RETURN_TEXT_P(key_text(&key));
+	shared_key_long(&key, InvalidOid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+	PG_RETURN_TEXT_P(shared_key_long_text(&key));
 }

@@ -1,0 +1,77 @@
+# bench/keys.sh: the per-key rows of make bench.  Sourced by bench/run.sh
+# (with the server running), not run.
+#
+# Keys made from a memory template, as a gateway's per-user buckets are:
+# tb_acquire on a random one of 10,000, then 100,000, then 1,000,000 live
+# keys of 'mk:*' (each used once before its run, so that every key of the
+# range lives), beside tb_acquire on a random one of 10,000 named memory
+# buckets and SELECT 1, counters on, 8 and 32 clients, in one run.  Then
+# the flood: the 10,000 keys' rate at 8 clients alone, and with one more
+# session making a new key of another template at every call (an
+# attacker's made-up user ids), three rounds in turn.  Writes
+# bench/keys.csv and prints the ratios.
+
+KEYS_CSV=$TOP/bench/keys.csv
+
+createdb keys
+psql -q -X -d keys -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+CREATE EXTENSION tokenbucket;
+SELECT tb_create('mk:*', 1e9, 1e9, memory => true), tb_create('flood:*', 1e9, 1e9, memory => true);
+SELECT count(tb_create('nm' || i, 1e9, 1e9, memory => true)) FROM generate_series(1, 10000) AS i;
+SQL
+K=$TB_TMP/keys
+mkdir -p "$K"
+echo "SELECT 1;" >"$K/select1.sql"
+printf '\\set k random(1, 10000)\nSELECT tb_acquire(%s);\n' "'nm' || :k" >"$K/named.sql"
+for n in 10000 100000 1000000; do
+	printf '\\set k random(1, %d)\nSELECT tb_acquire(%s);\n' $n "'mk:' || :k" >"$K/keys$n.sql"
+done
+printf '\\set k random(1, 1000000000)\nSELECT tb_acquire(%s);\n' "'flood:' || :k || ':' || :client_id" >"$K/flood.sql"
+
+keys_run() {	# keys_run WORKLOAD LIVE CLIENTS [ROUND]: one pgbench run, a CSV line
+	local tps
+	tps=$(pgbench -n -M prepared -c "$3" -j 2 -T "$BENCH_SECONDS" -f "$K/$1.sql" keys 2>&1 |
+		sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p')
+	printf '%s,%s,%s,%s,%.0f\n' "$1" "$2" "$3" "${4:-1}" "${tps:-0}" | tee -a "$KEYS_CSV"
+}
+
+echo "workload,live_keys,clients,round,tps" >"$KEYS_CSV"
+made=0
+for n in 10000 100000 1000000; do
+	psql -q -X -d keys -c "SELECT count(tb_acquire('mk:' || i)) FROM generate_series($made + 1, $n) AS i" >/dev/null
+	made=$n
+	for c in 8 32; do
+		keys_run select1 $n "$c"
+		keys_run named $n "$c"
+		keys_run "keys$n" $n "$c"
+	done
+done
+
+# the flood: one session making new keys beside the 8 on existing ones
+for round in 1 2 3; do
+	keys_run keys10000 1000000 8 "$round"
+	pgbench -n -M prepared -c 1 -T "$((BENCH_SECONDS + 2))" -f "$K/flood.sql" keys >"$K/flood.out" 2>&1 &
+	flood=$!
+	sleep 1
+	tps=$(pgbench -n -M prepared -c 8 -j 2 -T "$BENCH_SECONDS" -f "$K/keys10000.sql" keys 2>&1 |
+		sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p')
+	wait $flood || true
+	flooded=$(sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p' "$K/flood.out")
+	printf '%s,%s,%s,%s,%.0f\n' keys10000_flooded 1000000 8 "$round" "${tps:-0}" | tee -a "$KEYS_CSV"
+	printf '%s,%s,%s,%s,%.0f\n' flood_new_keys 1000000 1 "$round" "${flooded:-0}" | tee -a "$KEYS_CSV"
+done
+
+awk -F, "$(cat "$TOP/bench/median.awk")"'
+NR > 1 { k = $1 "," $2 "," $3; n[k]++; v[k, n[k]] = $5 }
+	END {
+		for (live = 10000; live <= 1000000; live *= 10)
+			for (c = 8; c <= 32; c *= 4) {
+				s = median("select1," live "," c); nm = median("named," live "," c)
+				k = median("keys" live "," live "," c)
+				printf "%7d live keys, %2d clients: SELECT 1 %d/s, named %d/s, keys %d/s: keys %.2fx named, %.2fx SELECT 1\n",
+					live, c, s, nm, k, k / nm, k / s
+			}
+		a = median("keys10000,1000000,8"); f = median("keys10000_flooded,1000000,8")
+		printf "flood: 10,000 keys at 8 clients %d/s alone, %d/s beside a session making %d new keys a second: %.2fx\n",
+			a, f, median("flood_new_keys,1000000,1"), f / a
+	}' "$KEYS_CSV"
