@@ -35,6 +35,9 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+/* undo records kept allocated between transactions */
+#define UNDOS_KEPT		64
+
 /* A settings change to apply at commit, in order. */
 typedef struct Pending
 {
@@ -65,7 +68,9 @@ typedef struct Watched
 
 /* this backend's transaction, in xact_context (reset when it ends) */
 static MemoryContext xact_context = NULL;
-static HTAB *undos = NULL;
+static HTAB *undos = NULL;		/* kept from one transaction to the next,
+								 * emptied, unless a big one grew it */
+static MemoryContext undo_context = NULL;
 static Undo *last_undo = NULL;	/* the record used last: the same bucket
 								 * again needs no lookup */
 static List **undo_levels = NULL;	/* Undo * per nest level */
@@ -74,6 +79,13 @@ static List *pendings = NIL;
 static List *provisionals = NIL;
 static List *watched = NIL;
 static uint64 next_seq = 1;
+
+/* Undo records of the transaction. */
+static long
+undo_count(void)
+{
+	return undos ? hash_get_num_entries(undos) : 0;
+}
 
 /* The transaction's memory, made on first use. */
 static MemoryContext
@@ -104,10 +116,13 @@ memory_undo_for(MemoryEntry *entry)
 	{
 		HASHCTL		info;
 
+		if (undo_context == NULL)
+			undo_context = AllocSetContextCreate(TopMemoryContext, "tokenbucket undo",
+												 ALLOCSET_SMALL_SIZES);
 		info.keysize = sizeof(UndoId);
 		info.entrysize = sizeof(Undo);
-		info.hcxt = xact_memory();
-		undos = hash_create("tokenbucket undo", 64, &info,
+		info.hcxt = undo_context;
+		undos = hash_create("tokenbucket undo", UNDOS_KEPT, &info,
 							HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
 	undo = hash_search(undos, &id, HASH_ENTER, &found);
@@ -507,7 +522,20 @@ remove_provisionals_from(int level)
 static void
 reset_transaction(void)
 {
-	undos = NULL;
+	if (undo_count() > UNDOS_KEPT)
+	{
+		hash_destroy(undos);
+		undos = NULL;
+	}
+	else if (undos != NULL)
+	{
+		HASH_SEQ_STATUS status;
+		Undo	   *undo;
+
+		hash_seq_init(&status, undos);
+		while ((undo = hash_seq_search(&status)) != NULL)
+			(void) hash_search(undos, &undo->id, HASH_REMOVE, NULL);
+	}
 	last_undo = NULL;
 	undo_levels = NULL;
 	max_undo_level = 0;
@@ -543,7 +571,7 @@ memory_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_PREPARE:
-			if (undos != NULL || pendings != NIL || provisionals != NIL)
+			if (undo_count() > 0 || pendings != NIL || provisionals != NIL)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						 errmsg("cannot PREPARE a transaction that used memory token buckets"),
@@ -553,12 +581,12 @@ memory_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (pendings != NIL || provisionals != NIL)
 				commit_configuration();
-			if (undos != NULL)
+			if (undo_count() > 0)
 				undo_all(false);
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
-			if (undos != NULL)
+			if (undo_count() > 0)
 				undo_all(true);
 			remove_provisionals_from(0);
 			break;

@@ -140,7 +140,13 @@ static int	max_stats_buckets = 10000;
 static StatsShared *shared = NULL;
 static HTAB *hash = NULL;
 
-/* this backend's transaction, in pending_context */
+/* counts kept allocated between transactions */
+#define PENDINGS_KEPT	64
+
+/*
+ * this backend's transaction: its counts, in a hash kept from one
+ * transaction to the next, emptied, unless a big one grew it
+ */
 static MemoryContext pending_context = NULL;
 static HTAB *pendings = NULL;
 static Pending *last = NULL;	/* the pending counted in last */
@@ -423,7 +429,7 @@ stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
 			info.keysize = sizeof(PendingId);
 			info.entrysize = sizeof(Pending);
 			info.hcxt = pending_context;
-			pendings = hash_create("tokenbucket counts", 64, &info,
+			pendings = hash_create("tokenbucket counts", PENDINGS_KEPT, &info,
 								   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 		}
 		pending = hash_search(pendings, &id, HASH_ENTER, &found);
@@ -522,12 +528,23 @@ apply_forgets(void)
 static void
 reset_transaction(void)
 {
-	pendings = NULL;
+	if (pendings != NULL && hash_get_num_entries(pendings) > PENDINGS_KEPT)
+	{
+		hash_destroy(pendings);
+		pendings = NULL;
+	}
+	else if (pendings != NULL)
+	{
+		HASH_SEQ_STATUS status;
+		Pending    *pending;
+
+		hash_seq_init(&status, pendings);
+		while ((pending = hash_seq_search(&status)) != NULL)
+			(void) hash_search(pendings, &pending->id, HASH_REMOVE, NULL);
+	}
 	last = NULL;
 	deepest = 0;
 	forgets = NIL;
-	if (pending_context != NULL)
-		MemoryContextReset(pending_context);
 }
 
 /*
