@@ -51,7 +51,7 @@ all install installcheck:
 	      "or install postgresql-server-dev-NN and set PG_CONFIG." >&2; exit 1
 endif
 
-.PHONY: demo test bench bench-compare
+.PHONY: demo test test-versions deb bench bench-compare
 
 # Both set up a fresh Debian 12 machine as root (packages, build, install,
 # a throwaway server) and clean up after themselves.
@@ -60,6 +60,16 @@ demo:
 
 test:
 	SANITIZE=$(SANITIZE) bash test/run.sh
+
+# The suite of `make test`, and the Debian packages with their regression
+# tests against the installed files, on PostgreSQL 15, 17 and 18, each in a
+# chroot of the Debian release that ships it (scripts/versions.sh).
+test-versions:
+	bash scripts/versions.sh
+
+# Debian packages postgresql-NN-tokenbucket and -proxy, into build/debs.
+deb:
+	bash scripts/deb.sh
 
 # Not a test: throughput and latency of every scenario against the
 # alternatives, in one run (BENCH_SECONDS per run, default 10).

@@ -16,6 +16,11 @@
 #include "utils/resowner.h"
 #include "utils/tuplestore.h"
 
+/* 16 moved the varlena macros (VARDATA_ANY and the rest) out of postgres.h */
+#if PG_VERSION_NUM >= 160000
+#include "varatt.h"
+#endif
+
 /* The installation of a function called: its tb_buckets, and their owner. */
 extern Oid	installation_table(FunctionCallInfo fcinfo);
 extern Oid	installation_owner(FunctionCallInfo fcinfo);

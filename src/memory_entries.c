@@ -682,11 +682,7 @@ memory_attach(LWLockPadded *locks)
 static TimeLineID
 current_timeline(void)
 {
-#if PG_VERSION_NUM >= 150000
 	return GetWALInsertionTimeLine();
-#else
-	return ThisTimeLineID;
-#endif
 }
 
 /*

@@ -98,13 +98,8 @@ router_init(void)
 			stores[i]->init();
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = object_dropped;
-#if PG_VERSION_NUM >= 150000
 	if (process_shared_preload_libraries_in_progress)
 		MarkGUCPrefixReserved("tokenbucket");
-#else
-	if (process_shared_preload_libraries_in_progress)
-		EmitWarningsOnPlaceholders("tokenbucket");
-#endif
 }
 
 /*

@@ -24,6 +24,7 @@
 #include "common/controldata_utils.h"
 #include "common/hashfn.h"
 #include "mb/pg_wchar.h"
+#include "common.h"
 #include "miscadmin.h"
 #include "shmem.h"
 #include "storage/fd.h"
@@ -37,9 +38,7 @@
 static const SharedArea *areas[MAX_AREAS];
 static int	nareas = 0;
 
-#if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* hash_search() support for SharedKey: only the used part of the name counts */
@@ -145,8 +144,9 @@ shared_key_long_text(const SharedKey *key)
 		return cstring_to_text_with_len(key->name, key->len);
 	memcpy(&h, key->name + LONG_NAME_PREFIX, sizeof(h));
 	prefix = pg_mbcliplen(key->name, LONG_NAME_PREFIX, LONG_NAME_PREFIX);
-	return cstring_to_text(psprintf("%.*s...#%016" INT64_MODIFIER "x", prefix,
-									key->name, h));
+	/* 18 dropped INT64_MODIFIER: print it as the standard type */
+	return cstring_to_text(psprintf("%.*s...#%016llx", prefix,
+									key->name, (unsigned long long) h));
 }
 
 /* Ask for every area's memory and locks. */
@@ -160,7 +160,6 @@ request_areas(void)
 	}
 }
 
-#if PG_VERSION_NUM >= 150000
 /* shmem_request_hook */
 static void
 shmem_request(void)
@@ -169,7 +168,6 @@ shmem_request(void)
 		prev_shmem_request_hook();
 	request_areas();
 }
-#endif
 
 /* on_shmem_exit in the postmaster: let each area keep what a clean shutdown may. */
 static void
@@ -254,18 +252,12 @@ shmem_register(const SharedArea *area)
 	Assert(nareas < MAX_AREAS);
 	if (nareas == 0)
 	{
-#if PG_VERSION_NUM >= 150000
 		prev_shmem_request_hook = shmem_request_hook;
 		shmem_request_hook = shmem_request;
-#endif
 		prev_shmem_startup_hook = shmem_startup_hook;
 		shmem_startup_hook = shmem_startup;
 	}
 	areas[nareas++] = area;
-#if PG_VERSION_NUM < 150000
-	RequestAddinShmemSpace(area->size());
-	RequestNamedLWLockTranche(area->name, area->nlocks());
-#endif
 }
 
 /*

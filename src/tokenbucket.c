@@ -32,6 +32,14 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
+/*
+ * 15 is the oldest release built and tested (make test-versions: 15, 17 and
+ * 18); older ones lack shmem_request_hook and GetWALInsertionTimeLine().
+ */
+#if PG_VERSION_NUM < 150000
+#error "tokenbucket needs PostgreSQL 15 or later"
+#endif
+
 PG_MODULE_MAGIC;
 
 void		_PG_init(void);

@@ -21,6 +21,10 @@
 #   examples      test/examples.sh: examples/ in a short mode, each with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
 #
+# TB_SKIP="suite ..." leaves out the named shell suites (make test-versions
+# leaves out "examples": the clients and their servers do not change with
+# the server's version).
+#
 # SANITIZE=1 builds with AddressSanitizer and UndefinedBehaviorSanitizer,
 # runs pg_regress, isolation, pgTAP and a short stress run against it, and
 # fails on any sanitizer report.
@@ -126,6 +130,7 @@ mkdir -p "$TAPDIR"
 [ ${#TB_RUNAS[@]} -gt 0 ] && chown postgres: "$TAPDIR"
 rc=0
 "${TB_RUNAS[@]}" env PATH="$PGBIN:$PATH" TESTDIR="$TAPDIR" \
+	TESTDATADIR="$TAPDIR/tmp_check" TESTLOGDIR="$TAPDIR/log" \
 	PERL5LIB="$($PG_CONFIG --pgxs | sed 's|/src/makefiles/pgxs.mk|/src/test/perl|')" \
 	PG_REGRESS="$(dirname "$($PG_CONFIG --pgxs)")/../test/regress/pg_regress" \
 	prove -v "$TOP"/test/t/*.pl >"$LOG" 2>&1 || rc=$?
@@ -134,6 +139,7 @@ count_tap "$LOG" $rc
 
 for script in test/stress test/wait test/locks test/memory test/exporter \
 	proxy/test/proxy test/examples; do
+	case " ${TB_SKIP:-} " in *" ${script##*/} "*) continue ;; esac
 	say "${script##*/} ($script.sh)"
 	rc=0
 	bash "$TOP/$script.sh" >"$LOG" 2>&1 || rc=$?
