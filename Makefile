@@ -51,7 +51,7 @@ all install installcheck:
 	      "or install postgresql-server-dev-NN and set PG_CONFIG." >&2; exit 1
 endif
 
-.PHONY: demo test test-versions deb bench bench-compare
+.PHONY: demo test test-versions deb bench bench-compare bench-instructions
 
 # Both set up a fresh Debian 12 machine as root (packages, build, install,
 # a throwaway server) and clean up after themselves.
@@ -80,3 +80,8 @@ bench:
 # revisions (BASE, and OTHER or the working tree), taking turns in one run.
 bench-compare:
 	bash bench/compare.sh $(BASE) $(OTHER)
+
+# Instructions per call (callgrind) of SELECT 1 and three kinds of grant,
+# on two revisions (bench/instructions.sh); repeatable on a busy machine.
+bench-instructions:
+	bash bench/instructions.sh $(BASE) $(OTHER)

@@ -167,6 +167,29 @@ SELECT tb_stats_reset('tab');
 SELECT name, granted FROM tb_stats WHERE name = 'tab';
 RESET ROLE;
 
+-- a session keeps what it counted in last for its next transaction (the
+-- same bucket, again, needs no lookup): savepoints released or rolled back
+-- over it, other buckets between, rollbacks, and a key that becomes a
+-- named bucket of its own all count as ever
+SELECT tb_stats_reset();
+SELECT tb_create('k1', 100, 1, '1 hour', memory => true), tb_create('k2', 100, 1, '1 hour'),
+       tb_create('kt:*', 100, 1, '1 hour', memory => true);
+SELECT tb_acquire('k1');
+BEGIN; SAVEPOINT s; SELECT tb_acquire('k1'); RELEASE s; SELECT tb_acquire('k1'); COMMIT;
+BEGIN; SAVEPOINT s; SELECT tb_acquire('k1'); ROLLBACK TO s; COMMIT;
+BEGIN; SELECT tb_acquire('k1'); ROLLBACK;
+SELECT tb_acquire('k2');
+SELECT tb_acquire('k1', 2);
+BEGIN; SAVEPOINT s; SELECT tb_acquire('k2'); ROLLBACK TO s; SELECT tb_acquire('k1'); COMMIT;
+SELECT tb_acquire('kt:1');
+SELECT tb_acquire('kt:1');
+SELECT tb_create('kt:1', 5, 1, '1 hour', memory => true);
+SELECT tb_acquire('kt:1');
+SELECT tb_acquire('kt:1', 5);
+SELECT name, template, granted, granted_tokens, denied FROM tb_stats
+WHERE name IN ('k1', 'k2', 'kt:1', 'kt:*') ORDER BY name;
+SELECT template, granted, denied FROM tb_template_stats WHERE template = 'kt:*';
+
 DROP EXTENSION tokenbucket;
 DROP OWNED BY regress_tb_monitor, regress_tb_stats_app, regress_tb_templates_only;
 DROP ROLE regress_tb_monitor, regress_tb_stats_app, regress_tb_templates_only;

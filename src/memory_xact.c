@@ -72,20 +72,16 @@ static HTAB *undos = NULL;		/* kept from one transaction to the next,
 								 * emptied, unless a big one grew it */
 static MemoryContext undo_context = NULL;
 static Undo *last_undo = NULL;	/* the record used last: the same bucket
-								 * again needs no lookup */
+								 * again needs no lookup; kept (at level
+								 * 1, emptied) for the next transaction,
+								 * which often takes from it again */
+static uint64 undo_xact = 1;	/* this backend's transactions, counted */
 static List **undo_levels = NULL;	/* Undo * per nest level */
 static int	max_undo_level = 0;
 static List *pendings = NIL;
 static List *provisionals = NIL;
 static List *watched = NIL;
 static uint64 next_seq = 1;
-
-/* Undo records of the transaction. */
-static long
-undo_count(void)
-{
-	return undos ? hash_get_num_entries(undos) : 0;
-}
 
 /* The transaction's memory, made on first use. */
 static MemoryContext
@@ -95,6 +91,59 @@ xact_memory(void)
 		xact_context = AllocSetContextCreate(TopMemoryContext, "tokenbucket transaction",
 											 ALLOCSET_SMALL_SIZES);
 	return xact_context;
+}
+
+/* Whether "undo" was kept from an earlier transaction, and is not in use. */
+static bool
+undo_kept(const Undo *undo)
+{
+	return undo != NULL && undo->xact != undo_xact;
+}
+
+/* Undo records of the transaction (a kept one is none of them). */
+static long
+undo_count(void)
+{
+	return (undos ? hash_get_num_entries(undos) : 0) - (undo_kept(last_undo) ? 1 : 0);
+}
+
+/*
+ * Make "undo" the record used last.  The one before, if kept from an
+ * earlier transaction and not used in this one, leaves the hash: only the
+ * last one is ever kept.
+ */
+static void
+set_last_undo(Undo *undo)
+{
+	if (last_undo != undo && undo_kept(last_undo))
+		(void) hash_search(undos, &last_undo->id, HASH_REMOVE, NULL);
+	last_undo = undo;
+}
+
+/* Put "undo" on its level's list: a record of this transaction. */
+static void
+undo_register(Undo *undo)
+{
+	int			level = undo->id.level;
+	MemoryContext old = MemoryContextSwitchTo(xact_memory());
+
+	if (level >= max_undo_level)
+	{
+		int			n = Max(8, level * 2);
+
+		if (undo_levels == NULL)
+			undo_levels = palloc0(sizeof(List *) * n);
+		else
+		{
+			undo_levels = repalloc(undo_levels, sizeof(List *) * n);
+			memset(undo_levels + max_undo_level, 0,
+				   sizeof(List *) * (n - max_undo_level));
+		}
+		max_undo_level = n;
+	}
+	undo_levels[level] = lappend(undo_levels[level], undo);
+	undo->xact = undo_xact;
+	MemoryContextSwitchTo(old);
 }
 
 /*
@@ -111,7 +160,11 @@ memory_undo_for(MemoryEntry *entry)
 
 	if (last_undo != NULL && last_undo->id.serial == id.serial &&
 		last_undo->id.level == id.level)
+	{
+		if (undo_kept(last_undo))
+			undo_register(last_undo);
 		return last_undo;
+	}
 	if (undos == NULL)
 	{
 		HASHCTL		info;
@@ -128,31 +181,14 @@ memory_undo_for(MemoryEntry *entry)
 	undo = hash_search(undos, &id, HASH_ENTER, &found);
 	if (!found)
 	{
-		MemoryContext old = MemoryContextSwitchTo(xact_memory());
-
 		undo->key = entry->key;
 		undo->hashcode = entry->hashcode;
 		undo->tokens = 0;
 		undo->pins = 0;
 		undo->paused = false;
-		if (id.level >= max_undo_level)
-		{
-			int			n = Max(8, id.level * 2);
-
-			if (undo_levels == NULL)
-				undo_levels = palloc0(sizeof(List *) * n);
-			else
-			{
-				undo_levels = repalloc(undo_levels, sizeof(List *) * n);
-				memset(undo_levels + max_undo_level, 0,
-					   sizeof(List *) * (n - max_undo_level));
-			}
-			max_undo_level = n;
-		}
-		undo_levels[id.level] = lappend(undo_levels[id.level], undo);
-		MemoryContextSwitchTo(old);
+		undo_register(undo);
 	}
-	last_undo = undo;
+	set_last_undo(undo);
 	return undo;
 }
 
@@ -225,7 +261,7 @@ undo_level_end(int level, bool abort)
 
 	if (undos == NULL || level >= max_undo_level)
 		return;
-	last_undo = NULL;
+	set_last_undo(NULL);
 	foreach(lc, undo_levels[level])
 	{
 		Undo	   *undo = lfirst(lc);
@@ -481,9 +517,25 @@ commit_configuration(void)
 		if (entry == NULL || entry->serial != p->serial)
 			continue;
 		committed.provisional = false;
-		/* a committed entry made meanwhile was made under our wait: none */
 		if (!memory_rekey(entry, &committed))
+		{
+			MemoryEntry *key_entry = memory_find(&committed, memory_hashcode(&committed));
+
+			/*
+			 * A named bucket takes its name from a key a template made
+			 * (tb_create('user:1', ..., memory => true) under 'user:*');
+			 * any other committed entry of the name was made under our
+			 * wait, and ours goes.
+			 */
+			if (entry->template == NULL && key_entry != NULL && key_entry->template != NULL)
+			{
+				memory_wake(key_entry->waiter);
+				memory_remove_entry(key_entry);
+				if (memory_rekey(entry, &committed))
+					continue;
+			}
 			memory_remove_entry(entry);
+		}
 	}
 	pg_atomic_fetch_add_u64(&memory_shared->changes, 1);
 	memory_unlock_all();
@@ -526,17 +578,38 @@ reset_transaction(void)
 	{
 		hash_destroy(undos);
 		undos = NULL;
+		last_undo = NULL;
 	}
 	else if (undos != NULL)
 	{
-		HASH_SEQ_STATUS status;
-		Undo	   *undo;
+		bool		keep = last_undo != NULL && !undo_kept(last_undo) &&
+			last_undo->id.level == 1;
 
-		hash_seq_init(&status, undos);
-		while ((undo = hash_seq_search(&status)) != NULL)
-			(void) hash_search(undos, &undo->id, HASH_REMOVE, NULL);
+		/*
+		 * every record is on its level's list: walking them costs what the
+		 * transaction made, where a walk of the hash costs its buckets
+		 */
+		set_last_undo(keep ? last_undo : NULL);
+		for (int level = 0; level < max_undo_level; level++)
+		{
+			ListCell   *lc;
+
+			foreach(lc, undo_levels[level])
+			{
+				Undo	   *undo = lfirst(lc);
+
+				if (undo != last_undo)
+					(void) hash_search(undos, &undo->id, HASH_REMOVE, NULL);
+			}
+		}
+		if (keep)
+		{
+			last_undo->tokens = 0;
+			last_undo->pins = 0;
+			last_undo->paused = false;
+		}
 	}
-	last_undo = NULL;
+	undo_xact++;
 	undo_levels = NULL;
 	max_undo_level = 0;
 	pendings = NIL;
@@ -658,7 +731,9 @@ memory_undo_find(const MemoryEntry *entry)
 {
 	UndoId		id = {entry->serial, GetCurrentTransactionNestLevel()};
 
-	return undos ? hash_search(undos, &id, HASH_FIND, NULL) : NULL;
+	Undo	   *undo = undos ? hash_search(undos, &id, HASH_FIND, NULL) : NULL;
+
+	return undo_kept(undo) ? NULL : undo;
 }
 
 /* Remember the provisional entry of "key" this transaction made. */

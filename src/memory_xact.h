@@ -38,6 +38,7 @@ typedef struct Undo
 	bool		paused;			/* a pause to lift: */
 	TimestampTz pause_from;		/* the pause before the first change */
 	TimestampTz pause_to;		/* the pause set by the last */
+	uint64		xact;			/* the transaction it is of (see last_undo) */
 } Undo;
 
 extern void memory_xact_init(void);

@@ -120,6 +120,7 @@ typedef struct Pending
 	int			template_len;	/* its template's name's length, 0: none */
 	SharedKey	template;		/* and its key */
 	StatsSink	sink;			/* where its own counts go; NULL: here */
+	uint64		xact;			/* the transaction it counts in (xact_seq) */
 	TimestampTz at;
 	StatsCounters counters;
 } Pending;
@@ -149,9 +150,56 @@ static HTAB *hash = NULL;
  */
 static MemoryContext pending_context = NULL;
 static HTAB *pendings = NULL;
-static Pending *last = NULL;	/* the pending counted in last */
+static Pending *last = NULL;	/* the pending counted in last: kept (at
+								 * level 1, counts zeroed) for the next
+								 * transaction, which often counts the same
+								 * bucket again */
+static uint64 xact_seq = 1;		/* this backend's transactions, counted */
+static Pending **made = NULL;	/* the pendings in the hash: walking them */
+static int	nmade = 0;			/* costs what the transaction counted, */
+static int	maxmade = 0;		/* where a walk of the hash costs its buckets */
 static int	deepest = 0;		/* no count is kept at a deeper level */
 static List *forgets = NIL;
+
+/* Note that "pending" is in the hash, for flush() and reset_transaction(). */
+static void
+made_add(Pending *pending)
+{
+	if (nmade == maxmade)
+	{
+		maxmade = Max(16, maxmade * 2);
+		made = made == NULL ?
+			MemoryContextAlloc(pending_context, sizeof(Pending *) * maxmade) :
+			repalloc(made, sizeof(Pending *) * maxmade);
+	}
+	made[nmade++] = pending;
+}
+
+/*
+ * Make "pending" the one counted in last.  The one before, if kept from an
+ * earlier transaction and not counted in this one, leaves the hash: only
+ * the last one is ever kept.
+ */
+static void
+set_last(Pending *pending)
+{
+	if (last != NULL && last != pending && last->xact != xact_seq)
+		(void) hash_search(pendings, &last->id, HASH_REMOVE, NULL);
+	last = pending;
+}
+
+/* Note again every pending in the hash (after a subtransaction moved them). */
+static void
+made_rebuild(void)
+{
+	HASH_SEQ_STATUS status;
+	Pending    *pending;
+
+	nmade = 0;
+	hash_seq_init(&status, pendings);
+	while ((pending = hash_seq_search(&status)) != NULL)
+		made_add(pending);
+}
 
 /* Add "delta" to "sum". */
 void
@@ -384,6 +432,29 @@ known_template(const SharedKey *key)
 }
 
 /*
+ * Set the template "pending" counts for too: "template_len" when the store
+ * knows it (0: none), else as the counters know it, else as template_of()
+ * finds it.
+ */
+static void
+pending_template(Pending *pending, Oid relid, text *name, int template_len,
+				 int (*template_of) (void *arg), void *arg)
+{
+	if (template_len < 0)
+		template_len = known_template(&pending->id.key);
+	pending->template_len = template_len >= 0 ? template_len : template_of(arg);
+	if (pending->template_len > 0)
+	{
+		char	   *t = palloc(pending->template_len);
+
+		memcpy(t, VARDATA_ANY(name), pending->template_len - 1);
+		t[pending->template_len - 1] = '*';
+		shared_key_long(&pending->template, relid, t, pending->template_len);
+		pfree(t);
+	}
+}
+
+/*
  * Count "delta" for bucket "name" of installation "relid" when the
  * transaction ends.  "template_len" is the length of its template's name
  * (with the '*'; 0: none), or -1 when the caller does not know it: then
@@ -408,14 +479,30 @@ stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
 
 	/* the bucket counted in last, again: nothing to look up */
 	if (last != NULL && memcmp(&last->id, &id, sizeof(id)) == 0)
+	{
 		pending = last;
+		/*
+		 * kept from an earlier transaction: its template may have changed
+		 * since (a store that knows says so; else it is looked up again)
+		 */
+		if (pending->xact != xact_seq)
+		{
+			if (template_len < 0 || template_len != pending->template_len)
+				pending_template(pending, relid, name, template_len, template_of, arg);
+			pending->sink = sink;
+			pending->xact = xact_seq;
+			made_add(pending);
+		}
+		else if (sink != NULL)
+			pending->sink = sink;
+	}
 	else if (pendings != NULL &&
 			 (pending = hash_search(pendings, &id, HASH_FIND, NULL)) != NULL)
 	{
 		/* a store that keeps its keys' counters knows it now */
 		if (sink != NULL)
 			pending->sink = sink;
-		last = pending;
+		set_last(pending);
 	}
 	else
 	{
@@ -436,22 +523,13 @@ stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
 		if (!found)
 		{
 			deepest = Max(deepest, id.level);
-			if (template_len < 0)
-				template_len = known_template(&id.key);
-			pending->template_len = template_len >= 0 ? template_len : template_of(arg);
-			if (pending->template_len > 0)
-			{
-				char	   *t = palloc(pending->template_len);
-
-				memcpy(t, VARDATA_ANY(name), pending->template_len - 1);
-				t[pending->template_len - 1] = '*';
-				shared_key_long(&pending->template, relid, t, pending->template_len);
-				pfree(t);
-			}
+			pending_template(pending, relid, name, template_len, template_of, arg);
 			pending->sink = sink;
+			pending->xact = xact_seq;
 			memset(&pending->counters, 0, sizeof(StatsCounters));
+			made_add(pending);
 		}
-		last = pending;
+		set_last(pending);
 	}
 	pending->at = now;
 	stats_counters_add(&pending->counters, delta);
@@ -480,17 +558,11 @@ flush_one(const Pending *pending)
 static void
 flush(bool abort)
 {
-	HASH_SEQ_STATUS status;
-	Pending    *pending;
-
-	if (pendings == NULL)
-		return;
-	hash_seq_init(&status, pendings);
-	while ((pending = hash_seq_search(&status)) != NULL)
+	for (int i = 0; i < nmade; i++)
 	{
 		if (abort)
-			counters_roll_back(&pending->counters);
-		flush_one(pending);
+			counters_roll_back(&made[i]->counters);
+		flush_one(made[i]);
 	}
 }
 
@@ -532,17 +604,25 @@ reset_transaction(void)
 	{
 		hash_destroy(pendings);
 		pendings = NULL;
+		last = NULL;
 	}
-	else if (pendings != NULL)
+	else
 	{
-		HASH_SEQ_STATUS status;
-		Pending    *pending;
+		bool		stale = last != NULL && last->xact != xact_seq;
+		bool		keep = last != NULL && !stale && last->id.level == 1;
 
-		hash_seq_init(&status, pendings);
-		while ((pending = hash_seq_search(&status)) != NULL)
-			(void) hash_search(pendings, &pending->id, HASH_REMOVE, NULL);
+		if (stale)
+			set_last(NULL);
+		for (int i = 0; i < nmade; i++)
+			if (!keep || made[i] != last)
+				(void) hash_search(pendings, &made[i]->id, HASH_REMOVE, NULL);
+		if (keep)
+			memset(&last->counters, 0, sizeof(StatsCounters));
+		else
+			last = NULL;
 	}
-	last = NULL;
+	nmade = 0;
+	xact_seq++;
 	deepest = 0;
 	forgets = NIL;
 }
@@ -609,6 +689,8 @@ stats_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		Pending    *pending;
 		List	   *moved = NIL;
 
+		/* no kept pending for a parent to merge into, and none pointed at */
+		set_last(NULL);
 		/* the level's counts, out of the hash first (it is being changed) */
 		hash_seq_init(&status, pendings);
 		while ((pending = hash_seq_search(&status)) != NULL)
@@ -634,7 +716,7 @@ stats_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 				*parent = copy;
 		}
 		list_free(moved);
-		last = NULL;
+		made_rebuild();
 		deepest = level - 1;
 	}
 }

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# bench/instructions.sh BASE [OTHER]: `make bench-instructions BASE=...
+# [OTHER=...]`.  What one call costs in instructions, counted by valgrind's
+# callgrind (repeatable whatever else the machine is doing, unlike a rate):
+# a single-user backend runs a prepared statement 200 times, then 1,200
+# times, and the difference / 1,000 is one call.  For SELECT 1, a named
+# memory bucket, a memory template's key and a table bucket, on two
+# revisions (OTHER defaults to the working tree).  Not a test.
+
+source "$(dirname "$0")/../scripts/common.sh"
+
+BASE=${1:?usage: bench/instructions.sh BASE [OTHER]}
+OTHER=${2:-}
+
+tb_install_packages valgrind
+tb_build_install
+WORK=$(mktemp -d /tmp/tokenbucket-instructions.XXXXXX)
+chmod 755 "$WORK"
+RUNAS=()
+if [ "$(id -u)" -eq 0 ]; then
+	chown postgres: "$WORK"
+	RUNAS=(runuser -u postgres --)
+fi
+TREES=()
+LIBDIR=$($PG_CONFIG --pkglibdir)
+trap 'rc=$?; for t in "${TREES[@]}"; do git -C "$TOP" worktree remove --force "$t"; done
+	make -C "$TOP" -s PG_CONFIG="$PG_CONFIG" install >/dev/null; rm -rf "$WORK"; exit $rc' EXIT
+
+build() {	# build NAME REV (REV empty: the working tree)
+	local dir=$WORK/$1
+	if [ -n "$2" ]; then
+		git -C "$TOP" worktree add -q --detach "$dir" "$2"
+		TREES+=("$dir")
+	else
+		dir=$TOP
+	fi
+	make -C "$dir" -s PG_CONFIG="$PG_CONFIG" clean
+	make -C "$dir" -s PG_CONFIG="$PG_CONFIG" all
+	cp "$dir/tokenbucket.so" "$WORK/$1.so"
+}
+build base "$BASE"
+build other "$OTHER"
+
+use() {	# a new file renamed over the old: a mapped library is never written to
+	cp "$WORK/$1.so" "$LIBDIR/tokenbucket.so.new"
+	mv -f "$LIBDIR/tokenbucket.so.new" "$LIBDIR/tokenbucket.so"
+}
+
+single() {	# statements on stdin, to a single-user backend of $WORK/data
+	"${RUNAS[@]}" "$PGBIN/postgres" --single -D "$WORK/data" postgres >/dev/null 2>&1
+}
+
+say "a data directory with a named memory bucket, a memory template's key and a table bucket"
+"${RUNAS[@]}" "$PGBIN/initdb" -D "$WORK/data" -A trust --no-sync >/dev/null
+echo "shared_preload_libraries = 'tokenbucket'" >>"$WORK/data/postgresql.conf"
+use other
+single <<'SQL'
+CREATE EXTENSION tokenbucket;
+SELECT tb_create('m', 1e9, 1e9, memory => true), tb_create('u:*', 1e9, 1e9, memory => true), tb_create('t', 1e9, 1e9);
+SELECT tb_acquire('u:1');
+SQL
+
+instructions() {	# STATEMENT COUNT: callgrind's total for the whole backend
+	{
+		echo "PREPARE p AS $1;"
+		for ((i = 0; i < $2; i++)); do echo "EXECUTE p;"; done
+	} >"$WORK/in.sql"
+	"${RUNAS[@]}" valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" \
+		"$PGBIN/postgres" --single -D "$WORK/data" postgres <"$WORK/in.sql" >/dev/null 2>&1
+	sed -n 's/^summary: //p' "$WORK/cg.out"
+	rm -f "$WORK/cg.out"
+}
+
+printf '\n%-28s %12s %12s %8s\n' "instructions per call" base other ratio
+for stmt in "SELECT 1" "SELECT tb_acquire('m')" "SELECT tb_acquire('u:1')" "SELECT tb_acquire('t')"; do
+	declare -A per=()
+	for build in base other; do
+		use "$build"
+		a=$(instructions "$stmt" 200)
+		b=$(instructions "$stmt" 1200)
+		per[$build]=$(((b - a) / 1000))
+	done
+	awk -v s="$stmt" -v a="${per[base]}" -v b="${per[other]}" \
+		'BEGIN { printf "%-28s %12d %12d %8.3f\n", s, a, b, b / a }'
+done
