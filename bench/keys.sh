@@ -5,7 +5,10 @@
 # tb_acquire on a random one of 10,000, then 100,000, then 1,000,000 live
 # keys of 'mk:*' (each used once before its run, so that every key of the
 # range lives), beside tb_acquire on a random one of 10,000 named memory
-# buckets and SELECT 1, counters on, 8 and 32 clients, in one run.  Then
+# buckets, on one named memory bucket (hot), SELECT 1, and the key's name
+# made alone (SELECT 'mk:' || k: the statement without the limit),
+# counters on, 8 and 32 clients, in one run, the five taking turns for
+# KEYS_ROUNDS (3) rounds, medians printed.  Then
 # the flood: the 10,000 keys' rate at 8 clients alone, and with one more
 # session making FLOOD_RATE (2,000) new keys of another template a second
 # (an attacker's made-up user ids), three rounds in turn.  (Unthrottled,
@@ -15,6 +18,7 @@
 
 KEYS_CSV=$TOP/bench/keys.csv
 : "${FLOOD_RATE:=2000}"		# new keys a second the flooding session makes
+: "${KEYS_ROUNDS:=3}"
 
 createdb keys
 psql -q -X -d keys -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
@@ -25,9 +29,11 @@ SQL
 K=$TB_TMP/keys
 mkdir -p "$K"
 echo "SELECT 1;" >"$K/select1.sql"
+echo "SELECT tb_acquire('nm1');" >"$K/hot.sql"
 printf '\\set k random(1, 10000)\nSELECT tb_acquire(%s);\n' "'nm' || :k" >"$K/named.sql"
 for n in 10000 100000 1000000; do
 	printf '\\set k random(1, %d)\nSELECT tb_acquire(%s);\n' $n "'mk:' || :k" >"$K/keys$n.sql"
+	printf '\\set k random(1, %d)\nSELECT %s;\n' $n "'mk:' || :k" >"$K/name$n.sql"
 done
 printf '\\set k random(1, 1000000000)\nSELECT tb_acquire(%s);\n' "'flood:' || :k || ':' || :client_id" >"$K/flood.sql"
 
@@ -44,9 +50,13 @@ for n in 10000 100000 1000000; do
 	psql -q -X -d keys -c "SELECT count(tb_acquire('mk:' || i)) FROM generate_series($made + 1, $n) AS i" >/dev/null
 	made=$n
 	for c in 8 32; do
-		keys_run select1 $n "$c"
-		keys_run named $n "$c"
-		keys_run "keys$n" $n "$c"
+		for ((round = 1; round <= KEYS_ROUNDS; round++)); do
+			keys_run select1 $n "$c" $round
+			keys_run hot $n "$c" $round
+			keys_run "name$n" $n "$c" $round
+			keys_run named $n "$c" $round
+			keys_run "keys$n" $n "$c" $round
+		done
 	done
 done
 
@@ -71,9 +81,11 @@ NR > 1 { k = $1 "," $2 "," $3; n[k]++; v[k, n[k]] = $5 }
 		for (live = 10000; live <= 1000000; live *= 10)
 			for (c = 8; c <= 32; c *= 4) {
 				s = median("select1," live "," c); nm = median("named," live "," c)
-				k = median("keys" live "," live "," c)
-				printf "%7d live keys, %2d clients: SELECT 1 %d/s, named %d/s, keys %d/s: keys %.2fx named, %.2fx SELECT 1\n",
-					live, c, s, nm, k, k / nm, k / s
+				k = median("keys" live "," live "," c); h = median("hot," live "," c)
+				a = median("name" live "," live "," c)
+				printf "%7d live keys, %2d clients: SELECT 1 %d/s, hot %d/s, name alone %d/s, named %d/s, keys %d/s:" \
+					" hot %.2fx SELECT 1; keys %.2fx named, %.2fx SELECT 1, %.2fx the name alone\n",
+					live, c, s, h, a, nm, k, h / s, k / nm, k / s, k / a
 			}
 		a = median("keys10000,1000000,8"); f = median("keys10000_flooded,1000000,8")
 		printf "flood: 10,000 keys at 8 clients %d/s alone, %d/s beside a session making %d new keys a second: %.2fx\n",
