@@ -29,23 +29,9 @@ tb_start_server
 # each revision built in a work tree of its own, its library kept aside
 BUILDS=$TB_TMP/builds
 mkdir -p "$BUILDS"
-build() {	# build NAME REV (REV empty: the working tree)
-	local dir=$BUILDS/$1
-	if [ -n "$2" ]; then
-		git -C "$TOP" worktree add -q --detach "$dir" "$2"
-		TB_CHILDREN_TREES+=("$dir")
-	else
-		dir=$TOP
-	fi
-	make -C "$dir" -s PG_CONFIG="$PG_CONFIG" clean
-	make -C "$dir" -s PG_CONFIG="$PG_CONFIG" all
-	cp "$dir/tokenbucket.so" "$BUILDS/$1.so"
-}
-TB_CHILDREN_TREES=()
-trap 'rc=$?; for t in "${TB_CHILDREN_TREES[@]}"; do git -C "$TOP" worktree remove --force "$t"; done
-	(exit $rc); tb_cleanup' EXIT
-build base "$BASE"
-build other "$OTHER"
+trap 'rc=$?; tb_remove_trees; (exit $rc); tb_cleanup' EXIT
+tb_build_revision "$BUILDS" base "$BASE"
+tb_build_revision "$BUILDS" other "$OTHER"
 LIBDIR=$($PG_CONFIG --pkglibdir)
 use() {	# use NAME: stop the server, put that build's library in place, start it
 	"${TB_RUNAS[@]}" "$PGBIN/pg_ctl" -D "$TB_TMP/data" -w -s stop

@@ -21,25 +21,12 @@ if [ "$(id -u)" -eq 0 ]; then
 	chown postgres: "$WORK"
 	RUNAS=(runuser -u postgres --)
 fi
-TREES=()
 LIBDIR=$($PG_CONFIG --pkglibdir)
-trap 'rc=$?; for t in "${TREES[@]}"; do git -C "$TOP" worktree remove --force "$t"; done
-	make -C "$TOP" -s PG_CONFIG="$PG_CONFIG" install >/dev/null; rm -rf "$WORK"; exit $rc' EXIT
-
-build() {	# build NAME REV (REV empty: the working tree)
-	local dir=$WORK/$1
-	if [ -n "$2" ]; then
-		git -C "$TOP" worktree add -q --detach "$dir" "$2"
-		TREES+=("$dir")
-	else
-		dir=$TOP
-	fi
-	make -C "$dir" -s PG_CONFIG="$PG_CONFIG" clean
-	make -C "$dir" -s PG_CONFIG="$PG_CONFIG" all
-	cp "$dir/tokenbucket.so" "$WORK/$1.so"
-}
-build base "$BASE"
-build other "$OTHER"
+# the working tree's library goes back in place at the end
+trap 'rc=$?; tb_remove_trees; make -C "$TOP" -s PG_CONFIG="$PG_CONFIG" install >/dev/null
+	rm -rf "$WORK"; exit $rc' EXIT
+tb_build_revision "$WORK" base "$BASE"
+tb_build_revision "$WORK" other "$OTHER"
 
 use() {	# a new file renamed over the old: a mapped library is never written to
 	cp "$WORK/$1.so" "$LIBDIR/tokenbucket.so.new"

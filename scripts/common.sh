@@ -114,6 +114,30 @@ tb_cleanup() {
 	exit $rc
 }
 
+# Build revision REV of this checkout (empty: the working tree), in a git
+# work tree of its own under DIR, and keep its library as DIR/NAME.so
+# (make bench-compare, make bench-instructions).  The work trees are
+# listed in TB_TREES; tb_remove_trees removes them.
+TB_TREES=()
+tb_build_revision() {	# tb_build_revision DIR NAME REV
+	local dir=$1/$2
+	if [ -n "$3" ]; then
+		git -C "$TOP" worktree add -q --detach "$dir" "$3"
+		TB_TREES+=("$dir")
+	else
+		dir=$TOP
+	fi
+	make -C "$dir" -s PG_CONFIG="$PG_CONFIG" clean
+	make -C "$dir" -s PG_CONFIG="$PG_CONFIG" all
+	cp "$dir/tokenbucket.so" "$1/$2.so"
+}
+tb_remove_trees() {
+	local tree
+	for tree in "${TB_TREES[@]}"; do
+		git -C "$TOP" worktree remove --force "$tree"
+	done
+}
+
 # Wait until something listens on 127.0.0.1:$1 (at most $2 seconds).
 tb_wait_port() {
 	local i
