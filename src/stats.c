@@ -566,6 +566,41 @@ flush(bool abort)
 	}
 }
 
+/*
+ * Call "visit" for every entry, each partition under its exclusive lock
+ * ("visit" may remove the entry).
+ */
+static void
+visit_entries(void (*visit) (StatsEntry *entry, void *arg), void *arg)
+{
+	for (int p = 0; p < STATS_PARTITIONS; p++)
+	{
+		StatsEntry *entry;
+
+		LWLockAcquire(&shared->locks[p].lock, LW_EXCLUSIVE);
+		entry = shared->partitions[p].head;
+		while (entry != NULL)
+		{
+			StatsEntry *next = entry->next;
+
+			visit(entry, arg);
+			entry = next;
+		}
+		LWLockRelease(&shared->locks[p].lock);
+	}
+}
+
+/* visit_entries(): remove "entry" if it is of the Forget "arg" names. */
+static void
+forget_entry(StatsEntry *entry, void *arg)
+{
+	Forget	   *forget = arg;
+
+	if (entry->key.dbid == forget->dbid &&
+		(forget->relid == InvalidOid || entry->key.relid == forget->relid))
+		remove_entry(entry);
+}
+
 /* Remove the entries of what the committed transaction dropped. */
 static void
 apply_forgets(void)
@@ -573,27 +608,7 @@ apply_forgets(void)
 	ListCell   *lc;
 
 	foreach(lc, forgets)
-	{
-		Forget	   *forget = lfirst(lc);
-
-		for (int p = 0; p < STATS_PARTITIONS; p++)
-		{
-			StatsEntry *entry;
-
-			LWLockAcquire(&shared->locks[p].lock, LW_EXCLUSIVE);
-			entry = shared->partitions[p].head;
-			while (entry != NULL)
-			{
-				StatsEntry *next = entry->next;
-
-				if (entry->key.dbid == forget->dbid &&
-					(forget->relid == InvalidOid || entry->key.relid == forget->relid))
-					remove_entry(entry);
-				entry = next;
-			}
-			LWLockRelease(&shared->locks[p].lock);
-		}
-	}
+		visit_entries(forget_entry, lfirst(lc));
 }
 
 /* Forget the transaction's counts (at its end). */
@@ -743,6 +758,34 @@ stats_forget(Oid dbid, Oid relid)
 	MemoryContextSwitchTo(old);
 }
 
+/* What stats_reset() of one bucket (or a template's keys) starts from zero. */
+typedef struct ResetOf
+{
+	Oid			relid;
+	const SharedKey *key;
+	bool		template;		/* a template: its keys' entries too */
+	TimestampTz now;
+} ResetOf;
+
+/* visit_entries(): start "entry" from zero if the ResetOf "arg" names it. */
+static void
+reset_entry(StatsEntry *entry, void *arg)
+{
+	ResetOf    *reset = arg;
+	const SharedKey *key = reset->key;
+
+	if (entry->key.dbid != MyDatabaseId || entry->key.relid != reset->relid)
+		return;
+	if (shared_key_long_match(&entry->key, key, 0) == 0 ||
+		(reset->template && entry->kind == STATS_KEY &&
+		 entry->template_len == key->len &&
+		 memcmp(entry->key.name, key->name, Min(key->len - 1, LONG_NAME_PREFIX)) == 0))
+	{
+		entry->since = reset->now;
+		memset(&entry->counters, 0, sizeof(StatsCounters));
+	}
+}
+
 /*
  * Start the counters of bucket "name" from zero now (of a template: its
  * own and those of the keys made from it that have entries here), or
@@ -754,46 +797,23 @@ stats_reset(Oid relid, text *name)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	SharedKey	key;
-	bool		template = false;
 
 	stats_require();
 	if (name != NULL)
 	{
+		ResetOf		reset = {.relid = relid, .key = &key,
+		.template = is_template_name(name), .now = now};
+
 		shared_key_long(&key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
-		template = is_template_name(name);
+		visit_entries(reset_entry, &reset);
 	}
-	for (int p = 0; p < STATS_PARTITIONS; p++)
+	else
 	{
-		StatsEntry *entry;
-
-		LWLockAcquire(&shared->locks[p].lock, LW_EXCLUSIVE);
-		entry = shared->partitions[p].head;
-		while (entry != NULL)
-		{
-			StatsEntry *next = entry->next;
-
-			if (entry->key.dbid == MyDatabaseId && entry->key.relid == relid)
-			{
-				if (name == NULL)
-					remove_entry(entry);
-				else if (shared_key_long_match(&entry->key, &key, 0) == 0 ||
-						 (template && entry->kind == STATS_KEY &&
-						  entry->template_len == key.len &&
-						  memcmp(entry->key.name, key.name,
-								 Min(key.len - 1, LONG_NAME_PREFIX)) == 0))
-				{
-					entry->since = now;
-					memset(&entry->counters, 0, sizeof(StatsCounters));
-				}
-			}
-			entry = next;
-		}
-		LWLockRelease(&shared->locks[p].lock);
-	}
-	if (name == NULL)
-	{
+		Forget		installation = {.dbid = MyDatabaseId, .relid = relid};
 		StatsCounters none = {0};
 
+		visit_entries(forget_entry, &installation);
+		/* the installation's own entry says since when it counts */
 		shared_key_long(&key, relid, "", 0);
 		(void) count_in(&key, STATS_INSTALLATION, 0, &none, now);
 	}
