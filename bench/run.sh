@@ -22,13 +22,15 @@
 # lookup and a Redis script in two round trips; bench/gateway.csv), and
 # the per-key rows (bench/keys.sh: memory template keys at 10,000,
 # 100,000 and 1,000,000 live keys beside named buckets, and under a flood
-# of new keys; bench/keys.csv).  Then the cost of the counters of tb_stats:
+# of new keys; bench/keys.csv), and the lease rows (bench/leases.sh: a
+# lease and its release on a table limit beside tb_acquire, two plain
+# UPDATEs and SELECT 1; bench/leases.csv).  Then the cost of the counters of tb_stats:
 # the same calls with tokenbucket.track_stats on and off in turn
 # (bench/counters.csv).
 #
 # Writes bench/results.csv and bench/results.png and prints a table.
 # BENCH_SECONDS sets each run's length (default 10); BENCH_ONLY=proxy,
-# gateway, keys or counters runs that comparison alone.
+# gateway, leases, keys or counters runs that comparison alone.
 # Not a test: nothing here fails on a speed.
 
 source "$(dirname "$0")/../scripts/common.sh"
@@ -82,6 +84,11 @@ if [ "${BENCH_ONLY:-gateway}" = gateway ]; then
 	say "gateway: the API key lookup and the user's limit, one statement against two round trips ($BENCH_SECONDS s per run)"
 	source "$TOP/bench/gateway.sh"
 	[ "${BENCH_ONLY:-}" = gateway ] && exit 0
+fi
+if [ "${BENCH_ONLY:-leases}" = leases ]; then
+	say "leases: lease and release on a table limit, beside tb_acquire, two UPDATEs and SELECT 1 ($BENCH_SECONDS s per run)"
+	source "$TOP/bench/leases.sh"
+	[ "${BENCH_ONLY:-}" = leases ] && exit 0
 fi
 if [ "${BENCH_ONLY:-keys}" = keys ]; then
 	say "keys: memory template keys at 10,000, 100,000 and 1,000,000 live, beside named buckets and SELECT 1; a flood of new keys ($BENCH_SECONDS s per run)"

@@ -1,5 +1,5 @@
 --
--- upgrade: 1.0 updated to 1.1, 1.2, 1.3, 1.4 and then 1.5 keeps its buckets
+-- upgrade: 1.0 updated to 1.1, 1.2, 1.3, 1.4, 1.5 and then 1.6 keeps its buckets
 -- and gives exactly the objects of a fresh install; grants made on the
 -- functions 1.2 and 1.3 replace are kept.
 --
@@ -36,10 +36,17 @@ ALTER EXTENSION tokenbucket UPDATE TO '1.4';
 SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 ALTER EXTENSION tokenbucket UPDATE TO '1.5';
 SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
+ALTER EXTENSION tokenbucket UPDATE TO '1.6';
+SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 SELECT tb_acquire('kept', 5), tb_acquire('half', 2), tb_acquire('half');
 SELECT tb_acquire_all('{kept,half}'), round(tb_refund('kept', 1)::numeric, 2);
 -- the buckets made before the update are counted like new ones
 SELECT name, granted, granted_tokens, denied, refunded_tokens FROM tb_stats ORDER BY name;
+-- the buckets are still there, in tb_status and tb_stats alone; limits beside them
+SELECT tb_create_limit('inflight', 2);
+SELECT tb_lease('inflight', 2) IS NOT NULL AS leased;
+SELECT name, max_in_flight, in_flight FROM tb_status ORDER BY name;
+SELECT name FROM tb_stats ORDER BY name;
 
 -- the replaced functions keep those grants; what gives tokens is not PUBLIC
 SELECT p.oid::regprocedure AS function,

@@ -23,6 +23,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "common.h"
+#include "lease.h"
 #include "router.h"
 #include "wait.h"
 #include "utils/acl.h"
@@ -791,9 +792,15 @@ tb_stats_reset(PG_FUNCTION_ARGS)
 
 PG_FUNCTION_INFO_V1(tb_drop);
 
-/* tb_drop(name): remove the bucket; false when there was none. */
+/*
+ * tb_drop(name): remove the bucket, and the limit, of that name; false
+ * when there was neither.
+ */
 Datum
 tb_drop(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(router_drop(fcinfo, PG_GETARG_TEXT_PP(0)));
+	bool		bucket = router_drop(fcinfo, PG_GETARG_TEXT_PP(0));
+	bool		limit = lease_drop_limit(fcinfo, PG_GETARG_TEXT_PP(0));
+
+	PG_RETURN_BOOL(bucket || limit);
 }

@@ -41,6 +41,12 @@
 #include "pgstat.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
+#include "storage/proc.h"
+#if PG_VERSION_NUM >= 170000
+#include "storage/procarray.h"
+#else
+#include "storage/sinvaladt.h"
+#endif
 #include "router.h"
 #include "wait.h"
 #include "utils/guc.h"
@@ -48,21 +54,33 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
-/* field4 of our lock tags: "tb"; pg_advisory_lock uses 1 and 2 */
+/*
+ * field4 of our lock tags (pg_advisory_lock uses 1 and 2): "tb" for the
+ * queue of a bucket, "tl" for the queue of a limit (lease.c's leases use
+ * "tL")
+ */
 #define QUEUE_LOCK_FIELD4	0x7462
+#define LIMIT_QUEUE_LOCK_FIELD4	0x746c
 
 /* the head of a queue re-reads its buckets at least this often */
 #define RECHECK_USECS		USECS_PER_SEC
+
+/* The tag of the queue of waiters on "name" (field4: which kind). */
+static void
+queue_tag_of(LOCKTAG *tag, const char *name, int len, uint16 field4)
+{
+	uint64		hash = hash_bytes_extended((const unsigned char *) name, len, 0);
+
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32),
+						 (uint32) hash, field4);
+}
 
 /* The tag of the queue of waiters on bucket "name". */
 static void
 queue_tag(LOCKTAG *tag, text *name)
 {
-	uint64		hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(name),
-										   VARSIZE_ANY_EXHDR(name), 0);
-
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32),
-						 (uint32) hash, QUEUE_LOCK_FIELD4);
+	queue_tag_of(tag, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name),
+				 QUEUE_LOCK_FIELD4);
 }
 
 /* A step of run_until(), and the lock_timeout it runs with. */
@@ -183,7 +201,8 @@ attempt_step(void *arg)
 /*
  * Fail unless the transaction reads the newest row versions: a waiter in
  * REPEATABLE READ or SERIALIZABLE would decide on its snapshot, missing a
- * refund or a reset made while it sleeps, and wait on a stale denial.
+ * refund, a reset or a lease released while it sleeps, and wait on a
+ * stale denial.
  */
 static void
 check_read_committed(void)
@@ -191,9 +210,9 @@ check_read_committed(void)
 	if (IsolationUsesXactSnapshot())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("waiting for tokens needs READ COMMITTED"),
-				 errdetail("In REPEATABLE READ or SERIALIZABLE a waiter would decide on its transaction's snapshot and never see tokens given back while it waits."),
-				 errhint("Call it in a READ COMMITTED transaction (the default), or call tb_try and retry after retry_after.")));
+				 errmsg("waiting needs READ COMMITTED"),
+				 errdetail("In REPEATABLE READ or SERIALIZABLE a waiter would decide on its transaction's snapshot and never see tokens or slots given back while it waits."),
+				 errhint("Call it in a READ COMMITTED transaction (the default), or call tb_try (or tb_lease) and retry.")));
 }
 
 /*
@@ -279,4 +298,99 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 	pfree(tags);
 	*waited_usecs = waited ? GetCurrentTimestamp() - start : -1;
 	return granted;
+}
+
+/* run_until() step of wait_in_queue(): one attempt. */
+typedef struct QueuedAttempt
+{
+	WaitAttempt attempt;
+	void	   *arg;
+	TimestampTz now;
+	TimestampTz ready;
+} QueuedAttempt;
+
+static bool
+queued_attempt_step(void *arg)
+{
+	QueuedAttempt *queued = arg;
+
+	return queued->attempt(queued->arg, queued->now, &queued->ready);
+}
+
+/*
+ * Wait in the queue of limit "name" (in arrival order, as for a bucket)
+ * until "attempt" succeeds or "deadline" passes (false).  Each attempt
+ * runs in a subtransaction, kept when it succeeds and rolled back when it
+ * does not; it sets *ready to when it could succeed without anyone else
+ * acting (DT_NOEND: only once something is freed).  Between attempts the
+ * head of the queue sleeps until then, or until wait_wake_limit() (or the
+ * once-a-second look, for a holder that died without a word) wakes it.
+ * *waited_usecs is how long it waited, or -1 when it did not.
+ */
+bool
+wait_in_queue(const char *name, int len, TimestampTz deadline,
+			  WaitAttempt attempt, void *arg, int64 *waited_usecs)
+{
+	LOCKTAG		tag;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	TimestampTz start = GetCurrentTimestamp();
+	bool		joined;
+	bool		granted = false;
+	bool		waited = false;
+
+	check_primary();
+	check_read_committed();
+
+	queue_tag_of(&tag, name, len, LIMIT_QUEUE_LOCK_FIELD4);
+	CurrentResourceOwner = CurTransactionResourceOwner;
+	joined = queue_join(&tag, deadline, &waited);
+	CurrentResourceOwner = oldowner;
+
+	while (joined)
+	{
+		QueuedAttempt queued = {attempt, arg, GetCurrentTimestamp(), DT_NOEND};
+		bool		timed_out = false;
+
+		granted = run_until(deadline, queued_attempt_step, &queued, &timed_out);
+		if (granted || timed_out || queued.now >= deadline)
+			break;
+		/* at least a millisecond, so that nothing can make this spin */
+		sleep_until(Max(Min(Min(queued.ready, queued.now + RECHECK_USECS), deadline),
+						queued.now + 1000));
+		waited = true;
+	}
+
+	if (joined)
+	{
+		CurrentResourceOwner = CurTransactionResourceOwner;
+		LockRelease(&tag, ExclusiveLock, false);
+		CurrentResourceOwner = oldowner;
+	}
+	*waited_usecs = waited ? GetCurrentTimestamp() - start : -1;
+	return granted;
+}
+
+/*
+ * Wake the head of the queue of limit "name", if anyone waits: something
+ * of it was freed.  The head is the backend holding the queue's lock.
+ */
+void
+wait_wake_limit(const char *name, int len)
+{
+	LOCKTAG		tag;
+	VirtualTransactionId *holders;
+
+	queue_tag_of(&tag, name, len, LIMIT_QUEUE_LOCK_FIELD4);
+	holders = GetLockConflicts(&tag, ExclusiveLock, NULL);
+	for (; VirtualTransactionIdIsValid(*holders); holders++)
+	{
+#if PG_VERSION_NUM >= 170000
+		PGPROC	   *proc = ProcNumberGetProc(holders->procNumber);
+#else
+		PGPROC	   *proc = BackendIdGetProc(holders->backendId);
+#endif
+
+		if (proc != NULL)
+			SetLatch(&proc->procLatch);
+	}
 }

@@ -16,4 +16,14 @@ extern bool wait_and_take(FunctionCallInfo fcinfo, Request *requests,
 						  int nrequests, TimestampTz deadline,
 						  int64 *waited_usecs);
 
+/*
+ * One attempt of a waiter at "now": true when it got what it waits for;
+ * otherwise *ready is when it could (DT_NOEND: once something is freed).
+ */
+typedef bool (*WaitAttempt) (void *arg, TimestampTz now, TimestampTz *ready);
+
+extern bool wait_in_queue(const char *name, int len, TimestampTz deadline,
+						  WaitAttempt attempt, void *arg, int64 *waited_usecs);
+extern void wait_wake_limit(const char *name, int len);
+
 #endif							/* TOKENBUCKET_WAIT_H */

@@ -8,9 +8,11 @@
 #   pgTAP         test/pgtap/*.sql, run by pg_prove
 #   TAP           test/t/*.pl (PostgreSQL::Test::Cluster): crash, replica,
 #                 upgrade and dump, memory buckets and counters across
-#                 restarts
+#                 restarts, leases across a crash
 #   stress        test/stress.sh: 64 sessions on a mix of buckets, never overdrawn
 #   wait          test/wait.sh: waiting on the real clock
+#   leases        test/leases.sh: in-flight limits with sessions killed,
+#                 terminated and failing; waits; 64 sessions on 3 slots
 #   locks         test/locks.sh: timeouts whatever holds a row; sleepers
 #                 never hold up a DBA's ALTER TABLE
 #   memory        test/memory.sh: memory flat over many calls; valgrind
@@ -137,7 +139,7 @@ rc=0
 grep -v '^# \(WARNING\|pgbench\)' "$LOG"
 count_tap "$LOG" $rc
 
-for script in test/stress test/wait test/locks test/memory test/exporter \
+for script in test/stress test/wait test/leases test/locks test/memory test/exporter \
 	proxy/test/proxy test/examples; do
 	case " ${TB_SKIP:-} " in *" ${script##*/} "*) continue ;; esac
 	say "${script##*/} ($script.sh)"

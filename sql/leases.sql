@@ -1,0 +1,168 @@
+--
+-- leases: in-flight limits in one session: leasing, refusing, releasing,
+-- holds, ttl, templates, lowering a limit, dropping, privileges and every
+-- error.  (test/leases.sh: other sessions dying, waits; isolation specs
+-- lease_*: two sessions.)
+--
+CREATE EXTENSION tokenbucket;
+SELECT tb_create_limit('llm', 3);
+SELECT tb_create_limit('user:*', 2);
+
+-- held(name): the slots of "name" held now, as tb_status reports them
+CREATE FUNCTION pg_temp.held(n text) RETURNS integer LANGUAGE sql
+	AS $$SELECT in_flight FROM tb_status WHERE name = n$$;
+
+-- three slots: a lease of one, one of two, then nothing is left
+SELECT tb_lease('llm') AS a \gset
+SELECT tb_lease('llm', 2) AS b \gset
+SELECT tb_lease('llm') IS NULL AS refused, pg_temp.held('llm') AS held;
+SELECT name, slots, hold, holder, pid = pg_backend_pid() AS mine, since <= now() AS since,
+       expires, lease = :a AS is_a
+FROM tb_leases ORDER BY slots;
+-- released: true once, then false; the slot is free again
+SELECT tb_release(:a) AS released, tb_release(:a) AS again, pg_temp.held('llm') AS held;
+SELECT tb_lease('llm', 2) IS NULL AS two_refused, tb_lease('llm') AS c \gset
+SELECT :'two_refused', :c IS NOT NULL AS one_granted;
+SELECT tb_release(:b), tb_release(:c), pg_temp.held('llm') AS held;
+-- a lease id nobody holds
+SELECT tb_release(0) AS unknown;
+
+-- hold => 'transaction': freed by the commit, or by the rollback
+BEGIN;
+SELECT tb_lease('llm', 3, 'transaction') IS NOT NULL AS granted, pg_temp.held('llm') AS held;
+SELECT hold FROM tb_leases;
+COMMIT;
+SELECT pg_temp.held('llm') AS after_commit, count(*) AS leases FROM tb_leases;
+BEGIN;
+SELECT tb_lease('llm', 3, 'transaction') IS NOT NULL AS granted;
+ROLLBACK;
+SELECT pg_temp.held('llm') AS after_rollback;
+
+-- a session lease taken in a transaction that rolls back was never held
+BEGIN;
+SELECT tb_lease('llm', 3) IS NOT NULL AS granted;
+ROLLBACK;
+SELECT pg_temp.held('llm') AS after_rollback, tb_lease('llm', 3) AS d \gset
+SELECT :d IS NOT NULL AS granted_again, tb_release(:d);
+-- nor one taken in a savepoint rolled back; one in a savepoint released is
+BEGIN;
+SAVEPOINT s;
+SELECT tb_lease('llm', 2) IS NOT NULL AS granted;
+ROLLBACK TO SAVEPOINT s;
+SELECT pg_temp.held('llm') AS after_rollback_to;
+SAVEPOINT t;
+SELECT tb_lease('llm', 2) AS e \gset
+RELEASE SAVEPOINT t;
+COMMIT;
+SELECT pg_temp.held('llm') AS kept, tb_release(:e) AS released;
+
+-- ttl: a lease past its ttl holds nothing, and tb_release says so
+SELECT tb_lease('llm', 3, ttl => '1 millisecond') AS f \gset
+SELECT pg_sleep(0.01);
+SELECT pg_temp.held('llm') AS expired, tb_release(:f) AS released;
+SELECT tb_lease('llm', 1, ttl => '1 hour') AS g \gset
+SELECT expires - since = '1 hour' AS expires_after_ttl FROM tb_leases;
+SELECT tb_release(:g);
+
+-- a template: each name after its prefix has its own two slots
+SELECT tb_lease('user:1') IS NOT NULL AS u1, tb_lease('user:1') IS NOT NULL AS u1_again,
+       tb_lease('user:1') IS NULL AS u1_refused, tb_lease('user:2') IS NOT NULL AS u2;
+SELECT name, template, is_template, memory, max_in_flight, in_flight, capacity, tokens
+FROM tb_status ORDER BY name;
+-- a longer template wins for the names it covers
+SELECT tb_create_limit('user:vip:*', 3);
+SELECT tb_lease('user:vip:1', 3) IS NOT NULL AS vip;
+SELECT name, template, max_in_flight, in_flight FROM tb_status WHERE name LIKE 'user:vip%' ORDER BY name;
+-- a new maximum for a template is every name's
+SELECT tb_alter_limit('user:*', 3);
+SELECT tb_lease('user:1') IS NOT NULL AS third_slot, pg_temp.held('user:1') AS held;
+
+-- a lowered limit keeps its leases, and grants again only under the new maximum
+SELECT tb_lease('llm') AS h1 \gset
+SELECT tb_lease('llm') AS h2 \gset
+SELECT tb_lease('llm') AS h3 \gset
+SELECT tb_alter_limit('llm', 2);
+SELECT tb_release(:h1), tb_lease('llm') IS NULL AS refused_while_above;
+SELECT tb_release(:h3), tb_lease('llm') AS h4 \gset
+SELECT :h4 IS NOT NULL AS granted_under_max, pg_temp.held('llm') AS held;
+SELECT tb_lease('llm') IS NULL AS refused_at_max;
+-- raised, the new slots are there at once
+SELECT tb_alter_limit('llm', 4);
+SELECT tb_lease('llm', 2) IS NOT NULL AS granted, pg_temp.held('llm') AS held;
+
+-- tb_drop: the limit and its leases go; a template takes the names it made
+SELECT tb_drop('llm') AS dropped, tb_release(:h2) AS released, tb_drop('llm') AS again;
+SELECT tb_drop('user:*') AS dropped;
+SELECT name, in_flight FROM tb_status ORDER BY name;
+SELECT count(*) AS slots_left FROM tb_lease_slots WHERE name LIKE 'user:%' AND name NOT LIKE 'user:vip:%';
+SELECT tb_drop('user:vip:*');
+SELECT count(*) AS no_slots FROM tb_lease_slots;
+-- a bucket and a limit of one name: tb_drop takes both
+SELECT tb_create('both', 1, 1), tb_create_limit('both', 1);
+SELECT tb_drop('both');
+SELECT count(*) AS left FROM tb_status WHERE name = 'both';
+
+-- errors
+SELECT tb_create_limit('api', 2);
+SELECT tb_create_limit('api', 5);
+SELECT tb_create_limit('api2', 0);
+SELECT tb_create_limit('', 1);
+SELECT tb_create_limit(repeat('x', 1025), 1);
+SELECT tb_alter_limit('nope', 1);
+SELECT tb_alter_limit('api', -1);
+SELECT tb_lease('nope');
+SELECT tb_lease('user:*');
+SELECT tb_lease('api', 3);
+SELECT tb_lease('api', 0);
+SELECT tb_lease('api', 1, 'statement');
+SELECT tb_lease('api', 1, 'session', '0');
+SELECT tb_lease('api', 1, 'session', '-1 second');
+SELECT tb_lease_wait('api', 1, 'session', NULL, '-1 second');
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT tb_lease_wait('api');
+ROLLBACK;
+-- NULL arguments give NULL
+SELECT tb_lease(NULL) IS NULL AS n1, tb_lease('api', NULL) IS NULL AS n2,
+       tb_lease('api', 1, NULL) IS NULL AS n3, tb_release(NULL) IS NULL AS n4,
+       tb_lease_wait(NULL) IS NULL AS n5;
+SELECT pg_temp.held('api') AS nothing_taken;
+-- a wait with a timeout of zero on a full limit is a refusal
+SELECT tb_lease('api', 2) AS full \gset
+SELECT tb_lease_wait('api', 1, timeout => '0') IS NULL AS refused;
+SELECT tb_release(:full);
+-- and a wait that need not wait is a lease
+SELECT tb_lease_wait('api', 2, timeout => '1 hour') AS waited \gset
+SELECT pg_temp.held('api') AS held, tb_release(:waited);
+
+-- privileges: a worker leases and releases its own leases only; the DBA
+-- (the extension's owner) releases any
+CREATE ROLE regress_tb_lease_worker;
+CREATE ROLE regress_tb_lease_other;
+GRANT USAGE ON SCHEMA public TO regress_tb_lease_worker, regress_tb_lease_other;
+SET ROLE regress_tb_lease_worker;
+SELECT tb_lease('api') AS w \gset
+SELECT tb_create_limit('mine', 100);
+SELECT tb_alter_limit('api', 100);
+SELECT * FROM tb_leases;
+SELECT * FROM tb_limits;
+-- whether a lease is alive tells nothing of any limit: PUBLIC, for the views
+SELECT tb_lease_alive(:w) AS alive, tb_lease_alive(0) AS unknown;
+SET ROLE regress_tb_lease_other;
+SELECT tb_release(:w);
+SET ROLE regress_tb_lease_worker;
+SELECT tb_release(:w) AS own;
+SELECT tb_lease('api') AS w2 \gset
+RESET ROLE;
+SELECT holder FROM tb_leases;
+SELECT tb_release(:w2) AS by_the_dba;
+DROP OWNED BY regress_tb_lease_worker, regress_tb_lease_other;
+DROP ROLE regress_tb_lease_worker, regress_tb_lease_other;
+
+-- a limit made with plain SQL works at once
+INSERT INTO tb_limits VALUES ('plain', 1);
+SELECT tb_lease('plain') IS NOT NULL AS granted, tb_lease('plain') IS NULL AS refused;
+-- and the table checks what it is given
+INSERT INTO tb_limits VALUES ('zero', 0);
+INSERT INTO tb_limits VALUES ('', 1);
+
+DROP EXTENSION tokenbucket;

@@ -1,0 +1,829 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease.c
+ *	  In-flight limits: slots leased, and freed the moment their holder is
+ *	  gone.
+ *
+ * A limit (a row of tb_limits) allows at most max_in_flight slots held at
+ * once.  Its slots are rows of tb_lease_slots, made as they are first
+ * needed; a lease is the slots that carry its id.  What makes a slot held
+ * is not the row alone: the holder of a lease holds a heavyweight lock of
+ * its own (an advisory lock tag with the lease id, field4 "tL"), a session
+ * lock for hold => 'session', a transaction lock for 'transaction'.  The
+ * lock manager drops it when the session or transaction ends, whatever the
+ * way (a client gone, pg_terminate_backend, a crash and restart), so a
+ * slot whose lease's lock nobody holds is free, at once, with no TTL to
+ * guess.  Trying that lock is the liveness check (tb_lease_alive).
+ *
+ * Taking slots is one UPDATE over the free slots locked with FOR UPDATE
+ * SKIP LOCKED: two callers never take the same slot, and a slot another
+ * transaction is taking or releasing (its row locked) is never counted
+ * free.  A lease of several slots that finds fewer free takes none (its
+ * subtransaction is rolled back with the row locks).
+ *
+ * Freeing wakes the head of the limit's queue of waiters (wait.c): at
+ * the end of the transaction that released, or whose transaction lease
+ * ended (after the locks are released), and at the exit of a session
+ * holding leases.
+ *
+ * src/lease.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "access/xact.h"
+#include "bucket.h"
+#include "catalog.h"
+#include "catalog/pg_type.h"
+#include "common.h"
+#include "lease.h"
+#include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "storage/ipc.h"
+#include "storage/lock.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/timestamp.h"
+#include "wait.h"
+
+/* field4 of the lock a lease's holder holds: "tL" (see wait.c) */
+#define LEASE_LOCK_FIELD4	0x744c
+
+/* Longest limit name, as for a bucket. */
+#define LIMIT_NAME_MAX_BYTES 1024
+
+/* A session lease this backend holds. */
+typedef struct HeldLease
+{
+	int64		lease;
+	char	   *name;			/* its limit, for waking its queue */
+	int			len;
+	SubTransactionId subid;		/* the subtransaction that made it, until
+								 * the transaction commits; then invalid */
+} HeldLease;
+
+/* This backend's session leases, in TopMemoryContext. */
+static List *held_leases = NIL;
+
+/* Limits whose queue to wake when this transaction's locks are gone. */
+static List *wake_at_end = NIL;
+
+static bool callbacks_registered = false;
+
+/* The tag of the lock the holder of "lease" holds. */
+static void
+lease_tag(LOCKTAG *tag, int64 lease)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) ((uint64) lease >> 32),
+						 (uint32) lease, LEASE_LOCK_FIELD4);
+}
+
+/*
+ * Whether the holder of "lease" still holds its lock: another backend
+ * does (the lock is not free), or this one does.
+ */
+static bool
+lease_alive(int64 lease)
+{
+	LOCKTAG		tag;
+	LockAcquireResult result;
+
+	lease_tag(&tag, lease);
+	result = LockAcquire(&tag, ExclusiveLock, false, true);
+	if (result == LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	LockRelease(&tag, ExclusiveLock, false);
+	return result != LOCKACQUIRE_OK;
+}
+
+/* Remember to wake the queue of limit "name" when the transaction ends. */
+static void
+wake_later(const char *name, int len)
+{
+	MemoryContext old;
+	ListCell   *cell;
+
+	foreach(cell, wake_at_end)
+	{
+		const char *other = lfirst(cell);
+
+		if (strlen(other) == (size_t) len && memcmp(other, name, len) == 0)
+			return;
+	}
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	wake_at_end = lappend(wake_at_end, pnstrdup(name, len));
+	MemoryContextSwitchTo(old);
+}
+
+/* Give up this backend's lock on session lease "held"; free "held". */
+static void
+drop_held(HeldLease *held)
+{
+	LOCKTAG		tag;
+
+	lease_tag(&tag, held->lease);
+	LockRelease(&tag, ExclusiveLock, true);
+	pfree(held->name);
+	pfree(held);
+}
+
+/*
+ * The end of (sub)transaction "subid" (InvalidSubTransactionId: of the
+ * whole transaction): the session leases made in it belong to "parent"
+ * now (commit; invalid: kept for the session), or are given up with the
+ * slots they took (abort).
+ */
+static void
+end_of_xact(SubTransactionId subid, SubTransactionId parent, bool commit)
+{
+	ListCell   *cell;
+
+	foreach(cell, held_leases)
+	{
+		HeldLease  *held = lfirst(cell);
+
+		if (held->subid == InvalidSubTransactionId ||
+			(subid != InvalidSubTransactionId && held->subid != subid))
+			continue;
+		if (commit)
+			held->subid = parent;
+		else
+		{
+			wake_later(held->name, held->len);
+			drop_held(held);
+			held_leases = foreach_delete_current(held_leases, cell);
+		}
+	}
+}
+
+/* Transaction end: see end_of_xact(). */
+static void
+lease_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PREPARE)
+		end_of_xact(InvalidSubTransactionId, InvalidSubTransactionId, true);
+	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		end_of_xact(InvalidSubTransactionId, InvalidSubTransactionId, false);
+}
+
+/* Subtransaction end: see end_of_xact(). */
+static void
+lease_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_COMMIT_SUB)
+		end_of_xact(mySubid, parentSubid, true);
+	else if (event == SUBXACT_EVENT_ABORT_SUB)
+		end_of_xact(mySubid, parentSubid, false);
+}
+
+/*
+ * After a transaction's locks are released (its transaction leases, the
+ * row locks of what it released): wake the queues of what it freed.
+ */
+static void
+lease_release_callback(ResourceReleasePhase phase, bool isCommit,
+					   bool isTopLevel, void *arg)
+{
+	List	   *names = wake_at_end;
+	ListCell   *cell;
+
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel || names == NIL)
+		return;
+	wake_at_end = NIL;
+	foreach(cell, names)
+		wait_wake_limit(lfirst(cell), strlen(lfirst(cell)));
+	list_free_deep(names);
+}
+
+/*
+ * Session end (before the lock manager lets go of everything): give up
+ * the session leases and wake their queues, so the next waiter takes the
+ * slots at once.
+ */
+static void
+lease_exit_callback(int code, Datum arg)
+{
+	while (held_leases != NIL)
+	{
+		HeldLease  *held = linitial(held_leases);
+
+		held_leases = list_delete_first(held_leases);
+		wait_wake_limit(held->name, held->len);
+		drop_held(held);
+	}
+}
+
+/* Register the callbacks above, once per backend. */
+static void
+register_callbacks(void)
+{
+	if (callbacks_registered)
+		return;
+	RegisterXactCallback(lease_xact_callback, NULL);
+	RegisterSubXactCallback(lease_subxact_callback, NULL);
+	RegisterResourceReleaseCallback(lease_release_callback, NULL);
+	before_shmem_exit(lease_exit_callback, 0);
+	callbacks_registered = true;
+}
+
+/* How a lease is held. */
+typedef enum LeaseHold
+{
+	HOLD_SESSION,
+	HOLD_TRANSACTION
+} LeaseHold;
+
+/* The hold named "hold": 'session' or 'transaction'. */
+static LeaseHold
+parse_hold(text *hold)
+{
+	char	   *value = text_to_cstring(hold);
+
+	if (strcmp(value, "session") == 0)
+		return HOLD_SESSION;
+	if (strcmp(value, "transaction") == 0)
+		return HOLD_TRANSACTION;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("hold must be 'session' or 'transaction', not '%s'", value),
+			 errdetail("A lease held for the session is freed when the session ends; one held for the transaction, when the transaction commits or rolls back."),
+			 errhint("Either is freed earlier by tb_release() or by its ttl.")));
+	pg_unreachable();
+}
+
+/* Microseconds of a ttl: finite and above zero. */
+static double
+ttl_usecs(Interval *ttl)
+{
+	double		usecs;
+
+#ifdef INTERVAL_NOT_FINITE
+	if (INTERVAL_NOT_FINITE(ttl))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be a finite interval"),
+				 errhint("Pass NULL for a lease freed only by its holder.")));
+#endif
+	usecs = (double) ttl->time +
+		((double) ttl->month * DAYS_PER_MONTH + ttl->day) * USECS_PER_DAY;
+	if (usecs <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be an interval above zero"),
+				 errhint("Pass NULL for a lease freed only by its holder.")));
+	return usecs;
+}
+
+/* Reject a limit name that is empty or too long. */
+static void
+check_limit_name(text *name)
+{
+	if (VARSIZE_ANY_EXHDR(name) == 0 || VARSIZE_ANY_EXHDR(name) > LIMIT_NAME_MAX_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("limit name must be 1 to %d bytes long, not %zu",
+						LIMIT_NAME_MAX_BYTES, VARSIZE_ANY_EXHDR(name))));
+}
+
+/* Reject a max_in_flight below one. */
+static void
+check_max_in_flight(int32 max_in_flight)
+{
+	if (max_in_flight < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_in_flight must be 1 or more, not %d", max_in_flight)));
+}
+
+/* Fail: no limit "name", and no template makes it. */
+static void
+report_no_limit(text *name)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("limit \"%s\" does not exist", text_to_cstring(name)),
+			 errhint("The DBA makes limits with tb_create_limit().")));
+}
+
+/* A name's limit: its own row's max_in_flight, or its template's. */
+static KeptPlan limit_plan = {
+	.sql = "SELECT l.max_in_flight,"
+	" (SELECT pg_catalog.max(s.slot) FROM %1$s.tb_lease_slots AS s"
+	"   WHERE s.name OPERATOR(pg_catalog.=) $1)"
+	" FROM ((SELECT max_in_flight FROM %1$s.tb_limits"
+	"   WHERE name OPERATOR(pg_catalog.=) $1)"
+	"  UNION ALL"
+	"  (SELECT max_in_flight FROM %1$s.tb_limits"
+	"   WHERE name OPERATOR(pg_catalog.~~) '%%*'"
+	"   AND pg_catalog.starts_with($1, pg_catalog.left(name, -1))"
+	"   ORDER BY pg_catalog.octet_length(name) DESC LIMIT 1)"
+	"  LIMIT 1) AS l",
+	.nargs = 1, .argtypes = {TEXTOID}
+};
+
+/* The slots $2 to $3 of $1, free. */
+static KeptPlan add_slots_plan = {
+	.sql = "INSERT INTO %1$s.tb_lease_slots (name, slot)"
+	" SELECT $1, g FROM pg_catalog.generate_series($2, $3) AS g"
+	" ON CONFLICT DO NOTHING",
+	.nargs = 3, .argtypes = {TEXTOID, INT4OID, INT4OID}
+};
+
+/*
+ * Lease $9 slots of $1 (whose max_in_flight is $2) at $7: the lowest free
+ * ones, none another transaction has locked; none while a lease holds a
+ * slot above $2 (the limit was lowered: it waits to be back under it).
+ */
+static KeptPlan take_plan = {
+	.sql = "UPDATE %1$s.tb_lease_slots"
+	" SET lease = $3, hold = $4, holder = $5, pid = $6, since = $7, expires = $8"
+	" WHERE name OPERATOR(pg_catalog.=) $1 AND slot OPERATOR(pg_catalog.=) ANY (ARRAY("
+	"  SELECT f.slot FROM %1$s.tb_lease_slots AS f"
+	"  WHERE f.name OPERATOR(pg_catalog.=) $1 AND f.slot OPERATOR(pg_catalog.<=) $2"
+	"  AND (f.lease IS NULL OR f.expires OPERATOR(pg_catalog.<=) $7"
+	"   OR NOT %1$s.tb_lease_alive(f.lease))"
+	"  AND NOT EXISTS (SELECT FROM %1$s.tb_lease_slots AS a"
+	"   WHERE a.name OPERATOR(pg_catalog.=) $1 AND a.slot OPERATOR(pg_catalog.>) $2"
+	"   AND a.lease IS NOT NULL"
+	"   AND (a.expires IS NULL OR a.expires OPERATOR(pg_catalog.>) $7)"
+	"   AND %1$s.tb_lease_alive(a.lease))"
+	"  ORDER BY f.slot LIMIT $9 FOR UPDATE SKIP LOCKED))",
+	.nargs = 9, .argtypes = {TEXTOID, INT4OID, INT8OID, TEXTOID, OIDOID,
+		INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID}
+};
+
+/* When the first lease of $1 with a ttl ends, after $2. */
+static KeptPlan next_expiry_plan = {
+	.sql = "SELECT pg_catalog.min(expires) FROM %1$s.tb_lease_slots"
+	" WHERE name OPERATOR(pg_catalog.=) $1 AND lease IS NOT NULL"
+	" AND expires OPERATOR(pg_catalog.>) $2",
+	.nargs = 2, .argtypes = {TEXTOID, TIMESTAMPTZOID}
+};
+
+static KeptPlan next_lease_plan = {
+	.sql = "SELECT pg_catalog.nextval('%1$s.tb_lease_ids'::pg_catalog.regclass)",
+	.nargs = 0
+};
+
+/* What a lease asks for, and what it got. */
+typedef struct LeaseAsk
+{
+	Oid			relid;
+	Oid			caller;			/* the role that holds it */
+	text	   *name;
+	int32		slots;
+	int32		max_in_flight;
+	LeaseHold	hold;
+	double		ttl_usecs;		/* <= 0: none */
+	int64		lease;			/* the id, once granted */
+} LeaseAsk;
+
+/*
+ * Look up the limit of ask->name, fail if there is none or it can never
+ * grant ask->slots, and make the slots it lacks.
+ */
+static void
+lease_prepare(LeaseAsk *ask)
+{
+	Datum		args[3] = {PointerGetDatum(ask->name)};
+	bool		isnull;
+	int32		made = 0;
+
+	if (plan_run(&limit_plan, ask->relid, args, NULL) == 0)
+		report_no_limit(ask->name);
+	ask->max_in_flight = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+													 SPI_tuptable->tupdesc, 1, &isnull));
+	made = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 2, &isnull));
+	if (isnull)
+		made = 0;
+	SPI_freetuptable(SPI_tuptable);
+	SPI_tuptable = NULL;
+
+	if (ask->slots > ask->max_in_flight)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%d slots can never be leased from limit \"%s\"",
+						ask->slots, text_to_cstring(ask->name)),
+				 errdetail("A lease takes at most the limit's max_in_flight slots.")));
+	if (made < ask->max_in_flight)
+	{
+		args[1] = Int32GetDatum(made + 1);
+		args[2] = Int32GetDatum(ask->max_in_flight);
+		(void) plan_run(&add_slots_plan, ask->relid, args, NULL);
+	}
+}
+
+/*
+ * Take the slots of "ask" at "now", all or (returning false) not all:
+ * the caller rolls back a partial take.  Granted, the holder's lock is
+ * taken and the lease remembered.
+ */
+static bool
+lease_take(LeaseAsk *ask, TimestampTz now)
+{
+	Datum		args[9];
+	char		nulls[10] = "         ";
+	bool		isnull;
+	LOCKTAG		tag;
+
+	(void) plan_run(&next_lease_plan, ask->relid, NULL, NULL);
+	ask->lease = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											 SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_freetuptable(SPI_tuptable);
+	SPI_tuptable = NULL;
+
+	args[0] = PointerGetDatum(ask->name);
+	args[1] = Int32GetDatum(ask->max_in_flight);
+	args[2] = Int64GetDatum(ask->lease);
+	args[3] = CStringGetTextDatum(ask->hold == HOLD_SESSION ? "session" : "transaction");
+	args[4] = ObjectIdGetDatum(ask->caller);
+	args[5] = Int32GetDatum(MyProcPid);
+	args[6] = TimestampTzGetDatum(now);
+	if (ask->ttl_usecs > 0)
+		args[7] = TimestampTzGetDatum(timestamp_saturate((double) now + ask->ttl_usecs));
+	else
+	{
+		args[7] = (Datum) 0;
+		nulls[7] = 'n';
+	}
+	args[8] = Int32GetDatum(ask->slots);
+
+	/*
+	 * The lock first: the slots are never seen with this id while nobody
+	 * holds its lock.
+	 */
+	lease_tag(&tag, ask->lease);
+	(void) LockAcquire(&tag, ExclusiveLock, ask->hold == HOLD_SESSION, false);
+	if (plan_run(&take_plan, ask->relid, args, nulls) == (uint64) ask->slots)
+	{
+		if (ask->hold == HOLD_SESSION)
+		{
+			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+			HeldLease  *held = palloc(sizeof(HeldLease));
+
+			held->lease = ask->lease;
+			held->name = text_to_cstring(ask->name);
+			held->len = strlen(held->name);
+			held->subid = GetCurrentSubTransactionId();
+			held_leases = lappend(held_leases, held);
+			MemoryContextSwitchTo(old);
+		}
+		else
+			wake_later(VARDATA_ANY(ask->name), VARSIZE_ANY_EXHDR(ask->name));
+		return true;
+	}
+	LockRelease(&tag, ExclusiveLock, ask->hold == HOLD_SESSION);
+	return false;
+}
+
+/* subxact_run() step: lease_take() at the clock's time. */
+static bool
+lease_take_step(void *arg)
+{
+	return lease_take(arg, GetCurrentTimestamp());
+}
+
+/*
+ * wait_in_queue() attempt: lease_take(); refused, *ready is when the
+ * first ttl among the slots held ends.
+ */
+static bool
+lease_attempt(void *arg, TimestampTz now, TimestampTz *ready)
+{
+	LeaseAsk   *ask = arg;
+	Datum		args[2] = {PointerGetDatum(ask->name), TimestampTzGetDatum(now)};
+	bool		isnull;
+	Datum		expiry;
+
+	lease_prepare(ask);			/* the limit may have changed meanwhile */
+	if (lease_take(ask, now))
+		return true;
+	*ready = DT_NOEND;
+	if (plan_run(&next_expiry_plan, ask->relid, args, NULL) == 1)
+	{
+		expiry = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		if (!isnull)
+			*ready = DatumGetTimestampTz(expiry);
+		SPI_freetuptable(SPI_tuptable);
+		SPI_tuptable = NULL;
+	}
+	return false;
+}
+
+/*
+ * The common part of tb_lease and tb_lease_wait: check the arguments,
+ * then lease (waiting until "deadline" with "wait").  Returns whether
+ * the lease was granted, its id in *lease.
+ */
+static bool
+lease(FunctionCallInfo fcinfo, bool wait, TimestampTz deadline, int64 *lease)
+{
+	LeaseAsk	ask = {0};
+	SpiSession	session;
+	bool		granted;
+	int64		waited_usecs;
+
+	ask.name = PG_GETARG_TEXT_PP(0);
+	ask.slots = PG_GETARG_INT32(1);
+	ask.hold = parse_hold(PG_GETARG_TEXT_PP(2));
+	ask.ttl_usecs = PG_ARGISNULL(3) ? 0 : ttl_usecs(PG_GETARG_INTERVAL_P(3));
+	check_limit_name(ask.name);
+	if (is_template_name(ask.name))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("limit name \"%s\" is a template, not a limit",
+						text_to_cstring(ask.name)),
+				 errdetail("A name ending in * is a template: it makes a limit for each name that starts with its prefix."),
+				 errhint("Lease from a name after the prefix, as in 'user:42' for 'user:*'.")));
+	if (ask.slots < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("slots must be 1 or more, not %d", ask.slots)));
+
+	register_callbacks();
+	session = spi_begin(fcinfo, true);
+	ask.relid = installation_table(fcinfo);
+	ask.caller = session.userid;
+	if (!wait)
+		lease_prepare(&ask);
+	if (wait)
+		granted = wait_in_queue(VARDATA_ANY(ask.name), VARSIZE_ANY_EXHDR(ask.name),
+								deadline, lease_attempt, &ask, &waited_usecs);
+	else if (ask.slots == 1)
+		granted = lease_take(&ask, GetCurrentTimestamp());	/* all or none */
+	else
+		granted = subxact_run(lease_take_step, &ask, 0, NULL);
+	spi_end(&session);
+	*lease = ask.lease;
+	return granted;
+}
+
+PG_FUNCTION_INFO_V1(tb_lease);
+
+/*
+ * tb_lease(name, slots, hold, ttl): lease "slots" slots of limit "name";
+ * the lease id, or NULL (nothing taken) when they are not free.
+ */
+Datum
+tb_lease(PG_FUNCTION_ARGS)
+{
+	int64		id;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		PG_RETURN_NULL();
+	if (!lease(fcinfo, false, 0, &id))
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(id);
+}
+
+PG_FUNCTION_INFO_V1(tb_lease_wait);
+
+/*
+ * tb_lease_wait(name, slots, hold, ttl, timeout): tb_lease, waiting in
+ * arrival order until the slots are free, or NULL once "timeout" passed
+ * (NULL: no limit but statement_timeout).
+ */
+Datum
+tb_lease_wait(PG_FUNCTION_ARGS)
+{
+	TimestampTz deadline = DT_NOEND;
+	int64		id;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		PG_RETURN_NULL();
+	if (!PG_ARGISNULL(4))
+	{
+		Interval   *timeout = PG_GETARG_INTERVAL_P(4);
+		double		usecs;
+
+#ifdef INTERVAL_NOT_FINITE
+		if (INTERVAL_NOT_FINITE(timeout))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("timeout must be a finite interval"),
+					 errhint("Pass NULL to wait with no limit but statement_timeout.")));
+#endif
+		usecs = (double) timeout->time +
+			((double) timeout->month * DAYS_PER_MONTH + timeout->day) * USECS_PER_DAY;
+		if (usecs < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("timeout must not be negative")));
+		deadline = timestamp_saturate((double) GetCurrentTimestamp() + usecs);
+	}
+	if (!lease(fcinfo, true, deadline, &id))
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(id);
+}
+
+/* The slots of lease $1: its limit, holder, and whether its ttl passed. */
+static KeptPlan lease_plan = {
+	.sql = "SELECT name, holder, expires OPERATOR(pg_catalog.<=) $2"
+	" FROM %1$s.tb_lease_slots WHERE lease OPERATOR(pg_catalog.=) $1 LIMIT 1",
+	.nargs = 2, .argtypes = {INT8OID, TIMESTAMPTZOID}
+};
+
+/* Free the slots of lease $1. */
+static KeptPlan release_plan = {
+	.sql = "UPDATE %1$s.tb_lease_slots"
+	" SET lease = NULL, hold = NULL, holder = NULL, pid = NULL, since = NULL,"
+	" expires = NULL WHERE lease OPERATOR(pg_catalog.=) $1",
+	.nargs = 1, .argtypes = {INT8OID}
+};
+
+PG_FUNCTION_INFO_V1(tb_release);
+
+/*
+ * tb_release(lease): free the lease's slots; false when it held none (it
+ * was released, its ttl passed, or its holder is gone).  Its holder's
+ * role (or a member of it) may, and the extension's owner.
+ */
+Datum
+tb_release(PG_FUNCTION_ARGS)
+{
+	int64		id = PG_GETARG_INT64(0);
+	Datum		args[2] = {Int64GetDatum(id), TimestampTzGetDatum(GetCurrentTimestamp())};
+	bool		freed = false;
+	ListCell   *cell;
+	SpiSession	session;
+	Oid			relid;
+
+	register_callbacks();
+	session = spi_begin(fcinfo, true);
+	relid = installation_table(fcinfo);
+	if (plan_run(&lease_plan, relid, args, NULL) == 1)
+	{
+		HeapTuple	row = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		char	   *name = text_to_cstring(DatumGetTextPP(SPI_getbinval(row, desc, 1, &isnull)));
+		Oid			holder = DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull));
+		bool		expired = DatumGetBool(SPI_getbinval(row, desc, 3, &isnull));
+
+		expired = expired && !isnull;
+		SPI_freetuptable(SPI_tuptable);
+		SPI_tuptable = NULL;
+		if (!has_privs_of_role(session.userid, holder) &&
+			!has_privs_of_role(session.userid, installation_owner(fcinfo)))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied to release a lease of limit \"%s\"", name),
+					 errdetail("The lease is held by another role."),
+					 errhint("A lease is released by its holder's role, a member of it, or the extension's owner.")));
+		freed = !expired && lease_alive(id);
+		(void) plan_run(&release_plan, relid, args, NULL);
+		wake_later(name, strlen(name));
+	}
+	spi_end(&session);
+
+	/* this backend's own session lease: give up its lock too */
+	foreach(cell, held_leases)
+	{
+		HeldLease  *held = lfirst(cell);
+
+		if (held->lease == id)
+		{
+			held_leases = foreach_delete_current(held_leases, cell);
+			drop_held(held);
+			break;
+		}
+	}
+	PG_RETURN_BOOL(freed);
+}
+
+PG_FUNCTION_INFO_V1(tb_lease_alive);
+
+/* tb_lease_alive(lease): whether the holder of the lease still holds it. */
+Datum
+tb_lease_alive(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(lease_alive(PG_GETARG_INT64(0)));
+}
+
+/* A new limit; nothing when the name is taken. */
+static KeptPlan create_limit_plan = {
+	.sql = "INSERT INTO %1$s.tb_limits (name, max_in_flight) VALUES ($1, $2)"
+	" ON CONFLICT (name) DO NOTHING",
+	.nargs = 2, .argtypes = {TEXTOID, INT4OID}
+};
+
+PG_FUNCTION_INFO_V1(tb_create_limit);
+
+/*
+ * tb_create_limit(name, max_in_flight): a limit of at most max_in_flight
+ * slots held at once; a name ending in * is a template.
+ */
+Datum
+tb_create_limit(PG_FUNCTION_ARGS)
+{
+	text	   *name = PG_GETARG_TEXT_PP(0);
+	int32		max_in_flight = PG_GETARG_INT32(1);
+	Datum		args[3] = {PointerGetDatum(name), Int32GetDatum(max_in_flight)};
+	SpiSession	session;
+	Oid			relid;
+
+	check_limit_name(name);
+	check_max_in_flight(max_in_flight);
+	session = spi_begin(fcinfo, true);
+	relid = installation_table(fcinfo);
+	if (plan_run(&create_limit_plan, relid, args, NULL) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNIQUE_VIOLATION),
+				 errmsg("limit \"%s\" already exists", text_to_cstring(name)),
+				 errhint("Change it with tb_alter_limit(), or remove it with tb_drop().")));
+	/* a named limit's slots now, so that the first lease need not make them */
+	if (!is_template_name(name))
+	{
+		args[1] = Int32GetDatum(1);
+		args[2] = Int32GetDatum(max_in_flight);
+		(void) plan_run(&add_slots_plan, relid, args, NULL);
+	}
+	spi_end(&session);
+	PG_RETURN_VOID();
+}
+
+/* New settings for a limit. */
+static KeptPlan alter_limit_plan = {
+	.sql = "UPDATE %1$s.tb_limits SET max_in_flight = $2"
+	" WHERE name OPERATOR(pg_catalog.=) $1",
+	.nargs = 2, .argtypes = {TEXTOID, INT4OID}
+};
+
+PG_FUNCTION_INFO_V1(tb_alter_limit);
+
+/*
+ * tb_alter_limit(name, max_in_flight): a new max_in_flight.  Leases held
+ * are kept; after a lowering, new ones wait until those above the new
+ * maximum are freed.  Waiters are woken: a raise may let them in.
+ */
+Datum
+tb_alter_limit(PG_FUNCTION_ARGS)
+{
+	text	   *name = PG_GETARG_TEXT_PP(0);
+	int32		max_in_flight = PG_GETARG_INT32(1);
+	Datum		args[2] = {PointerGetDatum(name), Int32GetDatum(max_in_flight)};
+	SpiSession	session;
+
+	check_limit_name(name);
+	check_max_in_flight(max_in_flight);
+	session = spi_begin(fcinfo, true);
+	if (plan_run(&alter_limit_plan, installation_table(fcinfo), args, NULL) == 0)
+		report_no_limit(name);
+	spi_end(&session);
+	register_callbacks();
+	wake_later(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+	PG_RETURN_VOID();
+}
+
+/* A limit's row gone. */
+static KeptPlan drop_limit_plan = {
+	.sql = "DELETE FROM %1$s.tb_limits WHERE name OPERATOR(pg_catalog.=) $1",
+	.nargs = 1, .argtypes = {TEXTOID}
+};
+
+/*
+ * The slots of $1 (a template: of the names it made that no limit makes
+ * now) gone.
+ */
+static KeptPlan drop_slots_plan = {
+	.sql = "DELETE FROM %1$s.tb_lease_slots AS s"
+	" WHERE CASE WHEN $1 OPERATOR(pg_catalog.~~) '%%*'"
+	"  THEN pg_catalog.starts_with(s.name, pg_catalog.left($1, -1))"
+	"  ELSE s.name OPERATOR(pg_catalog.=) $1 END"
+	" AND NOT EXISTS (SELECT FROM %1$s.tb_limits AS l"
+	"  WHERE l.name OPERATOR(pg_catalog.=) s.name"
+	"  OR (l.name OPERATOR(pg_catalog.~~) '%%*'"
+	"   AND pg_catalog.starts_with(s.name, pg_catalog.left(l.name, -1))))",
+	.nargs = 1, .argtypes = {TEXTOID}
+};
+
+/*
+ * tb_drop()'s part for limits: remove limit "name" (a template: and what
+ * it made), with its leases; false when there was none.
+ */
+bool
+lease_drop_limit(FunctionCallInfo fcinfo, text *name)
+{
+	Datum		args[1] = {PointerGetDatum(name)};
+	SpiSession	session = spi_begin(fcinfo, true);
+	Oid			relid = installation_table(fcinfo);
+	bool		dropped;
+
+	dropped = plan_run(&drop_limit_plan, relid, args, NULL) > 0;
+	if (dropped)
+	{
+		if (is_template_name(name))
+			spi_allow_seqscan();	/* every name the template made */
+		(void) plan_run(&drop_slots_plan, relid, args, NULL);
+	}
+	spi_end(&session);
+	return dropped;
+}
