@@ -16,6 +16,8 @@ CREATE FUNCTION pg_temp.held(n text) RETURNS integer LANGUAGE sql
 SELECT tb_lease('llm') AS a \gset
 SELECT tb_lease('llm', 2) AS b \gset
 SELECT tb_lease('llm') IS NULL AS refused, pg_temp.held('llm') AS held;
+-- ids are positive and under 2^52: every client's numbers hold them exactly
+SELECT :a > 0 AND :a < 2::numeric ^ 52 AND :b > 0 AND :b < 2::numeric ^ 52 AS ids_fit;
 SELECT name, slots, hold, holder, pid = pg_backend_pid() AS mine, since <= now() AS since,
        expires, lease = :a AS is_a
 FROM tb_leases ORDER BY slots;

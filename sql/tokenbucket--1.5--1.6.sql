@@ -27,12 +27,16 @@ CREATE INDEX tb_limits_templates ON @extschema@.tb_limits (name)
 -- made as they are first needed.  A slot is held by lease "lease" while
 -- that lease's holder lives (its lock, see tb_lease_alive) and "expires"
 -- has not passed; otherwise it is free, whatever the row says, so a
--- holder that died frees its slots at once.  Not dumped: a restored
--- database holds no leases.
+-- holder that died frees its slots at once.  "key" is a hash of the name,
+-- also the top bits of every lease id of the name: tb_release finds a
+-- lease's slots through it.  No index covers a column a lease changes, so
+-- leasing and releasing are HOT updates (fillfactor leaves them room).
+-- Not dumped: a restored database holds no leases.
 --
 CREATE TABLE @extschema@.tb_lease_slots (
 	name text NOT NULL,
 	slot integer NOT NULL,
+	key integer NOT NULL,
 	lease bigint,
 	hold text,
 	holder oid,
@@ -40,19 +44,20 @@ CREATE TABLE @extschema@.tb_lease_slots (
 	since timestamptz,
 	expires timestamptz,
 	PRIMARY KEY (name, slot)
-);
+) WITH (fillfactor = 50);
 
-CREATE INDEX tb_lease_slots_lease ON @extschema@.tb_lease_slots (lease)
-	WHERE lease IS NOT NULL;
+CREATE INDEX tb_lease_slots_key ON @extschema@.tb_lease_slots (key);
 
 --
--- Lease ids: they start at the moment of installation in microseconds, so
--- that an id never names a lease of an earlier installation of the
--- extension in this database.
+-- Lease ids: a name's key times 2^36, plus this sequence's next value
+-- modulo 2^36 (68 billion leases before it comes round), under 2^52 so
+-- that every client's numbers hold them exactly (JavaScript's too).  It
+-- starts at a random point, so that an id is unlikely to name a lease of
+-- an earlier installation of the extension still held.
 --
 CREATE SEQUENCE @extschema@.tb_lease_ids;
 SELECT pg_catalog.setval('@extschema@.tb_lease_ids',
-	(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000000)::bigint);
+	(pg_catalog.random() OPERATOR(pg_catalog.*) 68719476736)::bigint OPERATOR(pg_catalog.+) 1);
 
 CREATE FUNCTION @extschema@.tb_lease_alive(lease bigint)
 RETURNS boolean

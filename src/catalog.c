@@ -155,7 +155,15 @@ run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls, bool latest)
 			SPI_freeplan(plan->plan);
 		plan->plan = NULL;
 		sql = psprintf(plan->sql, quote_identifier(nspname));
-		prepared = SPI_prepare(sql, plan->nargs, plan->argtypes);
+
+		/*
+		 * One generic plan, planned once: every statement here is an index
+		 * lookup whatever its parameters, and a custom plan per call
+		 * (which the plan cache picks when the generic one's estimate
+		 * looks worse, as for a LIMIT $n) would plan on every call.
+		 */
+		prepared = SPI_prepare_cursor(sql, plan->nargs, plan->argtypes,
+									  CURSOR_OPT_GENERIC_PLAN);
 		if (prepared == NULL)
 			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
 				 sql, SPI_result_code_string(SPI_result));

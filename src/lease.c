@@ -38,6 +38,7 @@
 #include "bucket.h"
 #include "catalog.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "common.h"
 #include "lease.h"
 #include "miscadmin.h"
@@ -81,6 +82,28 @@ lease_tag(LOCKTAG *tag, int64 lease)
 {
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) ((uint64) lease >> 32),
 						 (uint32) lease, LEASE_LOCK_FIELD4);
+}
+
+/*
+ * Lease ids are a name's key times 2^36 plus a sequence's value modulo
+ * 2^36 (see tb_lease_ids): under 2^52, which every client's numbers hold.
+ */
+#define LEASE_SEQUENCE_BITS 36
+#define LEASE_KEY_BITS		16
+
+/* The key of limit "name": a hash of it, in LEASE_KEY_BITS bits. */
+static int32
+name_key(text *name)
+{
+	return (int32) (hash_bytes((const unsigned char *) VARDATA_ANY(name),
+							   VARSIZE_ANY_EXHDR(name)) & ((1U << LEASE_KEY_BITS) - 1));
+}
+
+/* The key of the name whose lease "lease" is. */
+static int32
+lease_key(int64 lease)
+{
+	return (int32) (((uint64) lease >> LEASE_SEQUENCE_BITS) & ((1U << LEASE_KEY_BITS) - 1));
 }
 
 /*
@@ -312,51 +335,68 @@ report_no_limit(text *name)
 			 errhint("The DBA makes limits with tb_create_limit().")));
 }
 
-/* A name's limit: its own row's max_in_flight, or its template's. */
+/*
+ * The max_in_flight of limit $1: its own row's, or its longest template's
+ * (NULL: none).
+ */
+#define LIMIT_OF_1 \
+	"(SELECT m.max_in_flight FROM" \
+	" ((SELECT max_in_flight FROM %1$s.tb_limits" \
+	"   WHERE name OPERATOR(pg_catalog.=) $1)" \
+	"  UNION ALL" \
+	"  (SELECT max_in_flight FROM %1$s.tb_limits" \
+	"   WHERE name OPERATOR(pg_catalog.~~) '%%*'" \
+	"   AND pg_catalog.starts_with($1, pg_catalog.left(name, -1))" \
+	"   ORDER BY pg_catalog.octet_length(name) DESC LIMIT 1)" \
+	"  LIMIT 1) AS m)"
+
+/* A name's limit, and the last of its slots made so far. */
 static KeptPlan limit_plan = {
-	.sql = "SELECT l.max_in_flight,"
+	.sql = "SELECT " LIMIT_OF_1 ","
 	" (SELECT pg_catalog.max(s.slot) FROM %1$s.tb_lease_slots AS s"
-	"   WHERE s.name OPERATOR(pg_catalog.=) $1)"
-	" FROM ((SELECT max_in_flight FROM %1$s.tb_limits"
-	"   WHERE name OPERATOR(pg_catalog.=) $1)"
-	"  UNION ALL"
-	"  (SELECT max_in_flight FROM %1$s.tb_limits"
-	"   WHERE name OPERATOR(pg_catalog.~~) '%%*'"
-	"   AND pg_catalog.starts_with($1, pg_catalog.left(name, -1))"
-	"   ORDER BY pg_catalog.octet_length(name) DESC LIMIT 1)"
-	"  LIMIT 1) AS l",
+	"   WHERE s.name OPERATOR(pg_catalog.=) $1)",
 	.nargs = 1, .argtypes = {TEXTOID}
 };
 
-/* The slots $2 to $3 of $1, free. */
+/* The slots $2 to $3 of $1 (whose key is $4), free. */
 static KeptPlan add_slots_plan = {
-	.sql = "INSERT INTO %1$s.tb_lease_slots (name, slot)"
-	" SELECT $1, g FROM pg_catalog.generate_series($2, $3) AS g"
+	.sql = "INSERT INTO %1$s.tb_lease_slots (name, slot, key)"
+	" SELECT $1, g, $4 FROM pg_catalog.generate_series($2, $3) AS g"
 	" ON CONFLICT DO NOTHING",
-	.nargs = 3, .argtypes = {TEXTOID, INT4OID, INT4OID}
+	.nargs = 4, .argtypes = {TEXTOID, INT4OID, INT4OID, INT4OID}
 };
 
 /*
- * Lease $9 slots of $1 (whose max_in_flight is $2) at $7: the lowest free
- * ones, none another transaction has locked; none while a lease holds a
- * slot above $2 (the limit was lowered: it waits to be back under it).
+ * Lease $7 slots of $1 (whose key is $8) at $5, under a new id (returned):
+ * the lowest free
+ * ones within its max_in_flight, none another transaction has locked;
+ * none while a lease holds a slot above it (the limit was lowered: it
+ * waits to be back under it).  One statement: the lookup of the limit,
+ * the id and the update.
  */
 static KeptPlan take_plan = {
-	.sql = "UPDATE %1$s.tb_lease_slots"
-	" SET lease = $3, hold = $4, holder = $5, pid = $6, since = $7, expires = $8"
+	.sql = "WITH l AS MATERIALIZED (SELECT " LIMIT_OF_1 " AS max_in_flight)"
+	" UPDATE %1$s.tb_lease_slots"
+	" SET lease = (SELECT ($8::pg_catalog.int8 OPERATOR(pg_catalog.*) 68719476736)"
+	"   OPERATOR(pg_catalog.+) (pg_catalog.nextval('%1$s.tb_lease_ids'::pg_catalog.regclass)"
+	"   OPERATOR(pg_catalog.%%) 68719476736)),"
+	"  hold = $2, holder = $3, pid = $4, since = $5, expires = $6"
 	" WHERE name OPERATOR(pg_catalog.=) $1 AND slot OPERATOR(pg_catalog.=) ANY (ARRAY("
-	"  SELECT f.slot FROM %1$s.tb_lease_slots AS f"
-	"  WHERE f.name OPERATOR(pg_catalog.=) $1 AND f.slot OPERATOR(pg_catalog.<=) $2"
-	"  AND (f.lease IS NULL OR f.expires OPERATOR(pg_catalog.<=) $7"
+	"  SELECT f.slot FROM %1$s.tb_lease_slots AS f, l"
+	"  WHERE f.name OPERATOR(pg_catalog.=) $1"
+	"  AND f.slot OPERATOR(pg_catalog.<=) l.max_in_flight"
+	"  AND (f.lease IS NULL OR f.expires OPERATOR(pg_catalog.<=) $5"
 	"   OR NOT %1$s.tb_lease_alive(f.lease))"
 	"  AND NOT EXISTS (SELECT FROM %1$s.tb_lease_slots AS a"
-	"   WHERE a.name OPERATOR(pg_catalog.=) $1 AND a.slot OPERATOR(pg_catalog.>) $2"
+	"   WHERE a.name OPERATOR(pg_catalog.=) $1"
+	"   AND a.slot OPERATOR(pg_catalog.>) l.max_in_flight"
 	"   AND a.lease IS NOT NULL"
-	"   AND (a.expires IS NULL OR a.expires OPERATOR(pg_catalog.>) $7)"
+	"   AND (a.expires IS NULL OR a.expires OPERATOR(pg_catalog.>) $5)"
 	"   AND %1$s.tb_lease_alive(a.lease))"
-	"  ORDER BY f.slot LIMIT $9 FOR UPDATE SKIP LOCKED))",
-	.nargs = 9, .argtypes = {TEXTOID, INT4OID, INT8OID, TEXTOID, OIDOID,
-		INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID}
+	"  ORDER BY f.slot LIMIT $7 FOR UPDATE OF f SKIP LOCKED))"
+	" RETURNING lease",
+	.nargs = 8, .argtypes = {TEXTOID, TEXTOID, OIDOID, INT4OID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, INT4OID}
 };
 
 /* When the first lease of $1 with a ttl ends, after $2. */
@@ -367,11 +407,6 @@ static KeptPlan next_expiry_plan = {
 	.nargs = 2, .argtypes = {TEXTOID, TIMESTAMPTZOID}
 };
 
-static KeptPlan next_lease_plan = {
-	.sql = "SELECT pg_catalog.nextval('%1$s.tb_lease_ids'::pg_catalog.regclass)",
-	.nargs = 0
-};
-
 /* What a lease asks for, and what it got. */
 typedef struct LeaseAsk
 {
@@ -379,121 +414,138 @@ typedef struct LeaseAsk
 	Oid			caller;			/* the role that holds it */
 	text	   *name;
 	int32		slots;
-	int32		max_in_flight;
 	LeaseHold	hold;
 	double		ttl_usecs;		/* <= 0: none */
 	int64		lease;			/* the id, once granted */
 } LeaseAsk;
 
 /*
- * Look up the limit of ask->name, fail if there is none or it can never
- * grant ask->slots, and make the slots it lacks.
+ * Why a lease of "ask" was refused: fail if its limit does not exist or
+ * can never grant ask->slots; true if the limit lacked slots (now made:
+ * worth another try).  A limit full is no error: false.
  */
-static void
-lease_prepare(LeaseAsk *ask)
+static bool
+lease_refused(LeaseAsk *ask)
 {
-	Datum		args[3] = {PointerGetDatum(ask->name)};
+	Datum		args[4] = {PointerGetDatum(ask->name)};
+	HeapTuple	row;
+	TupleDesc	desc;
 	bool		isnull;
-	int32		made = 0;
+	int32		max_in_flight;
+	int32		made;
 
-	if (plan_run(&limit_plan, ask->relid, args, NULL) == 0)
+	(void) plan_run(&limit_plan, ask->relid, args, NULL);
+	row = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	max_in_flight = DatumGetInt32(SPI_getbinval(row, desc, 1, &isnull));
+	if (isnull)
 		report_no_limit(ask->name);
-	ask->max_in_flight = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
-													 SPI_tuptable->tupdesc, 1, &isnull));
-	made = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
-									   SPI_tuptable->tupdesc, 2, &isnull));
+	made = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
 	if (isnull)
 		made = 0;
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = NULL;
 
-	if (ask->slots > ask->max_in_flight)
+	if (ask->slots > max_in_flight)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%d slots can never be leased from limit \"%s\"",
 						ask->slots, text_to_cstring(ask->name)),
 				 errdetail("A lease takes at most the limit's max_in_flight slots.")));
-	if (made < ask->max_in_flight)
-	{
-		args[1] = Int32GetDatum(made + 1);
-		args[2] = Int32GetDatum(ask->max_in_flight);
-		(void) plan_run(&add_slots_plan, ask->relid, args, NULL);
-	}
+	if (made >= max_in_flight)
+		return false;
+	args[1] = Int32GetDatum(made + 1);
+	args[2] = Int32GetDatum(max_in_flight);
+	args[3] = Int32GetDatum(name_key(ask->name));
+	(void) plan_run(&add_slots_plan, ask->relid, args, NULL);
+	return true;
 }
 
 /*
  * Take the slots of "ask" at "now", all or (returning false) not all:
  * the caller rolls back a partial take.  Granted, the holder's lock is
- * taken and the lease remembered.
+ * taken and the lease remembered.  The slots are seen with the new id
+ * only once this transaction commits, by when its lock is held.
  */
 static bool
 lease_take(LeaseAsk *ask, TimestampTz now)
 {
-	Datum		args[9];
-	char		nulls[10] = "         ";
+	Datum		args[8];
+	char		nulls[9] = "        ";
 	bool		isnull;
 	LOCKTAG		tag;
 
-	(void) plan_run(&next_lease_plan, ask->relid, NULL, NULL);
+	args[0] = PointerGetDatum(ask->name);
+	args[1] = CStringGetTextDatum(ask->hold == HOLD_SESSION ? "session" : "transaction");
+	args[2] = ObjectIdGetDatum(ask->caller);
+	args[3] = Int32GetDatum(MyProcPid);
+	args[4] = TimestampTzGetDatum(now);
+	if (ask->ttl_usecs > 0)
+		args[5] = TimestampTzGetDatum(timestamp_saturate((double) now + ask->ttl_usecs));
+	else
+	{
+		args[5] = (Datum) 0;
+		nulls[5] = 'n';
+	}
+	args[6] = Int32GetDatum(ask->slots);
+	args[7] = Int32GetDatum(name_key(ask->name));
+
+	if (plan_run(&take_plan, ask->relid, args, nulls) != (uint64) ask->slots)
+	{
+		if (SPI_tuptable != NULL)
+			SPI_freetuptable(SPI_tuptable);
+		SPI_tuptable = NULL;
+		return false;
+	}
 	ask->lease = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 											 SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = NULL;
 
-	args[0] = PointerGetDatum(ask->name);
-	args[1] = Int32GetDatum(ask->max_in_flight);
-	args[2] = Int64GetDatum(ask->lease);
-	args[3] = CStringGetTextDatum(ask->hold == HOLD_SESSION ? "session" : "transaction");
-	args[4] = ObjectIdGetDatum(ask->caller);
-	args[5] = Int32GetDatum(MyProcPid);
-	args[6] = TimestampTzGetDatum(now);
-	if (ask->ttl_usecs > 0)
-		args[7] = TimestampTzGetDatum(timestamp_saturate((double) now + ask->ttl_usecs));
-	else
-	{
-		args[7] = (Datum) 0;
-		nulls[7] = 'n';
-	}
-	args[8] = Int32GetDatum(ask->slots);
-
-	/*
-	 * The lock first: the slots are never seen with this id while nobody
-	 * holds its lock.
-	 */
 	lease_tag(&tag, ask->lease);
-	(void) LockAcquire(&tag, ExclusiveLock, ask->hold == HOLD_SESSION, false);
-	if (plan_run(&take_plan, ask->relid, args, nulls) == (uint64) ask->slots)
+	if (LockAcquire(&tag, ExclusiveLock, ask->hold == HOLD_SESSION, true) == LOCKACQUIRE_NOT_AVAIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("lease id " INT64_FORMAT " is still held", ask->lease),
+				 errdetail("The ids of a limit came round (after 2^36 leases) while a lease of the same id was held."),
+				 errhint("Retry the lease: it takes the next id.")));
+	if (ask->hold == HOLD_SESSION)
 	{
-		if (ask->hold == HOLD_SESSION)
-		{
-			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-			HeldLease  *held = palloc(sizeof(HeldLease));
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+		HeldLease  *held = palloc(sizeof(HeldLease));
 
-			held->lease = ask->lease;
-			held->name = text_to_cstring(ask->name);
-			held->len = strlen(held->name);
-			held->subid = GetCurrentSubTransactionId();
-			held_leases = lappend(held_leases, held);
-			MemoryContextSwitchTo(old);
-		}
-		else
-			wake_later(VARDATA_ANY(ask->name), VARSIZE_ANY_EXHDR(ask->name));
-		return true;
+		held->lease = ask->lease;
+		held->name = text_to_cstring(ask->name);
+		held->len = strlen(held->name);
+		held->subid = GetCurrentSubTransactionId();
+		held_leases = lappend(held_leases, held);
+		MemoryContextSwitchTo(old);
 	}
-	LockRelease(&tag, ExclusiveLock, ask->hold == HOLD_SESSION);
-	return false;
-}
-
-/* subxact_run() step: lease_take() at the clock's time. */
-static bool
-lease_take_step(void *arg)
-{
-	return lease_take(arg, GetCurrentTimestamp());
+	else
+		wake_later(VARDATA_ANY(ask->name), VARSIZE_ANY_EXHDR(ask->name));
+	return true;
 }
 
 /*
- * wait_in_queue() attempt: lease_take(); refused, *ready is when the
- * first ttl among the slots held ends.
+ * lease_take(), and when refused for want of slots made, once more after
+ * making them; the errors of lease_refused().
+ */
+static bool
+lease_take_or_refuse(LeaseAsk *ask, TimestampTz now)
+{
+	return lease_take(ask, now) || (lease_refused(ask) && lease_take(ask, now));
+}
+
+/* subxact_run() step: lease_take_or_refuse() at the clock's time. */
+static bool
+lease_step(void *arg)
+{
+	return lease_take_or_refuse(arg, GetCurrentTimestamp());
+}
+
+/*
+ * wait_in_queue() attempt: lease_take_or_refuse(); refused, *ready is
+ * when the first ttl among the slots held ends.
  */
 static bool
 lease_attempt(void *arg, TimestampTz now, TimestampTz *ready)
@@ -503,8 +555,7 @@ lease_attempt(void *arg, TimestampTz now, TimestampTz *ready)
 	bool		isnull;
 	Datum		expiry;
 
-	lease_prepare(ask);			/* the limit may have changed meanwhile */
-	if (lease_take(ask, now))
+	if (lease_take_or_refuse(ask, now))
 		return true;
 	*ready = DT_NOEND;
 	if (plan_run(&next_expiry_plan, ask->relid, args, NULL) == 1)
@@ -552,15 +603,13 @@ lease(FunctionCallInfo fcinfo, bool wait, TimestampTz deadline, int64 *lease)
 	session = spi_begin(fcinfo, true);
 	ask.relid = installation_table(fcinfo);
 	ask.caller = session.userid;
-	if (!wait)
-		lease_prepare(&ask);
 	if (wait)
 		granted = wait_in_queue(VARDATA_ANY(ask.name), VARSIZE_ANY_EXHDR(ask.name),
 								deadline, lease_attempt, &ask, &waited_usecs);
 	else if (ask.slots == 1)
-		granted = lease_take(&ask, GetCurrentTimestamp());	/* all or none */
+		granted = lease_step(&ask); /* one slot: all or none by itself */
 	else
-		granted = subxact_run(lease_take_step, &ask, 0, NULL);
+		granted = subxact_run(lease_step, &ask, 0, NULL);
 	spi_end(&session);
 	*lease = ask.lease;
 	return granted;
@@ -624,19 +673,34 @@ tb_lease_wait(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(id);
 }
 
-/* The slots of lease $1: its limit, holder, and whether its ttl passed. */
+/*
+ * The limit of lease $1 (of key $3), if it names slots and its ttl has
+ * not passed at $2.
+ */
 static KeptPlan lease_plan = {
-	.sql = "SELECT name, holder, expires OPERATOR(pg_catalog.<=) $2"
-	" FROM %1$s.tb_lease_slots WHERE lease OPERATOR(pg_catalog.=) $1 LIMIT 1",
-	.nargs = 2, .argtypes = {INT8OID, TIMESTAMPTZOID}
+	.sql = "SELECT name FROM %1$s.tb_lease_slots"
+	" WHERE key OPERATOR(pg_catalog.=) $3 AND lease OPERATOR(pg_catalog.=) $1"
+	" AND (expires IS NULL OR expires OPERATOR(pg_catalog.>) $2) LIMIT 1",
+	.nargs = 3, .argtypes = {INT8OID, TIMESTAMPTZOID, INT4OID}
 };
 
-/* Free the slots of lease $1. */
+/*
+ * Free the slots of lease $1 (of key $5; before its ttl ends, at $4) if
+ * the caller, $3, may: the DBA ($2), the holder's role, or a member of
+ * it.  Returns the limit's name per slot.
+ */
 static KeptPlan release_plan = {
 	.sql = "UPDATE %1$s.tb_lease_slots"
 	" SET lease = NULL, hold = NULL, holder = NULL, pid = NULL, since = NULL,"
-	" expires = NULL WHERE lease OPERATOR(pg_catalog.=) $1",
-	.nargs = 1, .argtypes = {INT8OID}
+	" expires = NULL"
+	" WHERE key OPERATOR(pg_catalog.=) $5 AND lease OPERATOR(pg_catalog.=) $1"
+	" AND (expires IS NULL OR expires OPERATOR(pg_catalog.>) $4)"
+	" AND CASE WHEN $2 OR holder OPERATOR(pg_catalog.=) $3 THEN true"
+	"  ELSE EXISTS (SELECT FROM pg_catalog.pg_roles AS r"
+	"   WHERE r.oid OPERATOR(pg_catalog.=) holder)"
+	"  AND pg_catalog.pg_has_role($3, holder, 'USAGE') END"
+	" RETURNING name",
+	.nargs = 5, .argtypes = {INT8OID, BOOLOID, OIDOID, TIMESTAMPTZOID, INT4OID}
 };
 
 PG_FUNCTION_INFO_V1(tb_release);
@@ -650,37 +714,43 @@ Datum
 tb_release(PG_FUNCTION_ARGS)
 {
 	int64		id = PG_GETARG_INT64(0);
-	Datum		args[2] = {Int64GetDatum(id), TimestampTzGetDatum(GetCurrentTimestamp())};
+	bool		alive = lease_alive(id);
 	bool		freed = false;
+	Datum		args[5];
 	ListCell   *cell;
 	SpiSession	session;
 	Oid			relid;
+	bool		isnull;
 
 	register_callbacks();
 	session = spi_begin(fcinfo, true);
 	relid = installation_table(fcinfo);
-	if (plan_run(&lease_plan, relid, args, NULL) == 1)
+	args[0] = Int64GetDatum(id);
+	args[1] = BoolGetDatum(has_privs_of_role(session.userid, installation_owner(fcinfo)));
+	args[2] = ObjectIdGetDatum(session.userid);
+	args[3] = TimestampTzGetDatum(GetCurrentTimestamp());
+	args[4] = Int32GetDatum(lease_key(id));
+	if (plan_run(&release_plan, relid, args, NULL) > 0)
 	{
-		HeapTuple	row = SPI_tuptable->vals[0];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		char	   *name = text_to_cstring(DatumGetTextPP(SPI_getbinval(row, desc, 1, &isnull)));
-		Oid			holder = DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull));
-		bool		expired = DatumGetBool(SPI_getbinval(row, desc, 3, &isnull));
+		text	   *name = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[0],
+														SPI_tuptable->tupdesc, 1, &isnull));
 
-		expired = expired && !isnull;
+		wake_later(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
 		SPI_freetuptable(SPI_tuptable);
 		SPI_tuptable = NULL;
-		if (!has_privs_of_role(session.userid, holder) &&
-			!has_privs_of_role(session.userid, installation_owner(fcinfo)))
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("permission denied to release a lease of limit \"%s\"", name),
-					 errdetail("The lease is held by another role."),
-					 errhint("A lease is released by its holder's role, a member of it, or the extension's owner.")));
-		freed = !expired && lease_alive(id);
-		(void) plan_run(&release_plan, relid, args, NULL);
-		wake_later(name, strlen(name));
+		freed = alive;
+	}
+	else if (alive && plan_run(&lease_plan, relid,
+							   (Datum[]) {args[0], args[3], args[4]}, NULL) > 0)
+	{
+		/* held, not past its ttl, and not the caller's to release */
+		char	   *name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to release a lease of limit \"%s\"", name),
+				 errdetail("The lease is held by another role."),
+				 errhint("A lease is released by its holder's role, a member of it, or the extension's owner.")));
 	}
 	spi_end(&session);
 
@@ -726,7 +796,7 @@ tb_create_limit(PG_FUNCTION_ARGS)
 {
 	text	   *name = PG_GETARG_TEXT_PP(0);
 	int32		max_in_flight = PG_GETARG_INT32(1);
-	Datum		args[3] = {PointerGetDatum(name), Int32GetDatum(max_in_flight)};
+	Datum		args[4] = {PointerGetDatum(name), Int32GetDatum(max_in_flight)};
 	SpiSession	session;
 	Oid			relid;
 
@@ -744,6 +814,7 @@ tb_create_limit(PG_FUNCTION_ARGS)
 	{
 		args[1] = Int32GetDatum(1);
 		args[2] = Int32GetDatum(max_in_flight);
+		args[3] = Int32GetDatum(name_key(name));
 		(void) plan_run(&add_slots_plan, relid, args, NULL);
 	}
 	spi_end(&session);
