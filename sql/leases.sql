@@ -104,6 +104,35 @@ SELECT tb_create('both', 1, 1), tb_create_limit('both', 1);
 SELECT tb_drop('both');
 SELECT count(*) AS left FROM tb_status WHERE name = 'both';
 
+-- tb_lease_all: one in flight, a request and its tokens, all or nothing
+SELECT tb_create_limit('ai:inflight', 2), tb_create('ai:rpm', 3, 3, '1 day'),
+       tb_create('ai:tpm', 5000, 5000, '1 day', memory => true);
+SELECT tb_lease_all('ai:inflight', '{ai:rpm,ai:tpm}', '{1,2000}') IS NOT NULL AS first,
+       tb_lease_all('ai:inflight', '{ai:rpm,ai:tpm}', '{1,2000}') IS NOT NULL AS second;
+-- no slot left: nothing taken from the buckets
+SELECT tb_lease_all('ai:inflight', '{ai:rpm,ai:tpm}', '{1,2000}') IS NULL AS refused;
+SELECT name, round(tokens) AS tokens, in_flight FROM tb_status WHERE name LIKE 'ai:%' ORDER BY name;
+SELECT count(tb_release(lease)) AS released FROM tb_leases WHERE name = 'ai:inflight';
+-- too few tokens in one bucket: no slot taken, no token from the other
+SELECT tb_lease_all('ai:inflight', '{ai:rpm,ai:tpm}', '{1,2000}') IS NULL AS refused;
+SELECT name, round(tokens) AS tokens, in_flight FROM tb_status WHERE name LIKE 'ai:%' ORDER BY name;
+-- costs default to 1; slots, hold and ttl as for tb_lease
+BEGIN;
+SELECT tb_lease_all('ai:inflight', '{ai:rpm}', slots => 2, hold => 'transaction', ttl => '1 hour')
+       IS NOT NULL AS granted;
+SELECT slots, hold, expires IS NOT NULL AS ttl FROM tb_leases WHERE name = 'ai:inflight';
+SELECT name, round(tokens) AS tokens, in_flight FROM tb_status WHERE name LIKE 'ai:%' ORDER BY name;
+COMMIT;
+SELECT pg_temp.held('ai:inflight') AS after_commit;
+SELECT tb_lease_all('nope', '{ai:rpm}');
+SELECT tb_lease_all('ai:inflight', '{nope}');
+SELECT tb_lease_all('ai:inflight', '{}');
+SELECT tb_lease_all('ai:inflight', '{ai:rpm,ai:rpm}');
+SELECT tb_lease_all('ai:inflight', '{ai:rpm}', '{1,2}');
+SELECT tb_lease_all('ai:inflight', '{ai:rpm}', slots => 3);
+SELECT tb_lease_all(NULL, '{ai:rpm}') IS NULL AS n1, tb_lease_all('ai:inflight', NULL) IS NULL AS n2;
+SELECT tb_drop('ai:inflight'), tb_drop('ai:rpm'), tb_drop('ai:tpm');
+
 -- errors
 SELECT tb_create_limit('api', 2);
 SELECT tb_create_limit('api', 5);
@@ -136,6 +165,24 @@ SELECT tb_release(:full);
 SELECT tb_lease_wait('api', 2, timeout => '1 hour') AS waited \gset
 SELECT pg_temp.held('api') AS held, tb_release(:waited);
 
+-- a holder is a backend (a pid and when it started: a later backend with
+-- the pid is another), or a transaction in progress
+SELECT tb_holder_alive(pg_backend_pid(), pg_catalog.pg_postmaster_start_time(), NULL) AS wrong_start,
+       tb_holder_alive(pg_backend_pid(), (SELECT backend_start FROM pg_stat_activity
+                                          WHERE pid = pg_backend_pid()), NULL) AS me,
+       tb_holder_alive(NULL, NULL, pg_current_xact_id()) AS my_transaction,
+       tb_holder_alive(NULL, NULL, '3') AS long_over,
+       tb_holder_alive(2147483647, now(), NULL) AS no_such_pid;
+
+-- a session's leases outlive what poolers run between clients
+SELECT tb_lease('api') AS pooled \gset
+SELECT pg_advisory_unlock_all();
+DISCARD ALL;
+SELECT in_flight AS held_after_discard_all FROM tb_status WHERE name = 'api';
+SELECT tb_release(:pooled);
+CREATE FUNCTION pg_temp.held(n text) RETURNS integer LANGUAGE sql
+	AS $$SELECT in_flight FROM tb_status WHERE name = n$$;
+
 -- privileges: a worker leases and releases its own leases only; the DBA
 -- (the extension's owner) releases any
 CREATE ROLE regress_tb_lease_worker;
@@ -147,8 +194,8 @@ SELECT tb_create_limit('mine', 100);
 SELECT tb_alter_limit('api', 100);
 SELECT * FROM tb_leases;
 SELECT * FROM tb_limits;
--- whether a lease is alive tells nothing of any limit: PUBLIC, for the views
-SELECT tb_lease_alive(:w) AS alive, tb_lease_alive(0) AS unknown;
+-- whether a holder exists tells nothing of any limit: PUBLIC, for the views
+SELECT tb_holder_alive(NULL, NULL, NULL) AS nobody;
 SET ROLE regress_tb_lease_other;
 SELECT tb_release(:w);
 SET ROLE regress_tb_lease_worker;

@@ -25,9 +25,10 @@ CREATE INDEX tb_limits_templates ON @extschema@.tb_limits (name)
 --
 -- The slots of each limit (of each name a template made), one row each,
 -- made as they are first needed.  A slot is held by lease "lease" while
--- that lease's holder lives (its lock, see tb_lease_alive) and "expires"
--- has not passed; otherwise it is free, whatever the row says, so a
--- holder that died frees its slots at once.  "key" is a hash of the name,
+-- its holder exists (see tb_holder_alive: the backend of process "pid"
+-- that started at "started", or with hold 'transaction', transaction
+-- "xid") and "expires" has not passed; otherwise it is free, whatever the
+-- row says, so a holder that is gone frees its slots at once.  "key" is a hash of the name,
 -- also the top bits of every lease id of the name: tb_release finds a
 -- lease's slots through it.  No index covers a column a lease changes, so
 -- leasing and releasing are HOT updates (fillfactor leaves them room).
@@ -41,6 +42,8 @@ CREATE TABLE @extschema@.tb_lease_slots (
 	hold text,
 	holder oid,
 	pid integer,
+	started timestamptz,
+	xid xid8,
 	since timestamptz,
 	expires timestamptz,
 	PRIMARY KEY (name, slot)
@@ -49,23 +52,23 @@ CREATE TABLE @extschema@.tb_lease_slots (
 CREATE INDEX tb_lease_slots_key ON @extschema@.tb_lease_slots (key);
 
 --
--- Lease ids: a name's key times 2^36, plus this sequence's next value
--- modulo 2^36 (68 billion leases before it comes round), under 2^52 so
+-- Lease ids: a name's key times 2^37, plus this sequence's next value
+-- modulo 2^37 (137 billion leases before it comes round), under 2^53 so
 -- that every client's numbers hold them exactly (JavaScript's too).  It
 -- starts at a random point, so that an id is unlikely to name a lease of
 -- an earlier installation of the extension still held.
 --
 CREATE SEQUENCE @extschema@.tb_lease_ids;
 SELECT pg_catalog.setval('@extschema@.tb_lease_ids',
-	(pg_catalog.random() OPERATOR(pg_catalog.*) 68719476736)::bigint OPERATOR(pg_catalog.+) 1);
+	(pg_catalog.random() OPERATOR(pg_catalog.*) 137438953472)::bigint OPERATOR(pg_catalog.+) 1);
 
-CREATE FUNCTION @extschema@.tb_lease_alive(lease bigint)
+CREATE FUNCTION @extschema@.tb_holder_alive(pid integer, started timestamptz, xid xid8)
 RETURNS boolean
-AS 'MODULE_PATHNAME', 'tb_lease_alive'
-LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED COST 10;
+AS 'MODULE_PATHNAME', 'tb_holder_alive'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED COST 10;
 
-COMMENT ON FUNCTION @extschema@.tb_lease_alive(bigint) IS
-	'whether the holder of lease "lease" still holds its lock: alive, in this or another session';
+COMMENT ON FUNCTION @extschema@.tb_holder_alive(integer, timestamptz, xid8) IS
+	'whether a lease''s holder exists: transaction xid in progress, or (xid NULL) the backend of process pid that started at started';
 
 CREATE FUNCTION @extschema@.tb_create_limit(name text, max_in_flight integer)
 RETURNS void
@@ -129,7 +132,7 @@ SELECT s.name,
 FROM @extschema@.tb_lease_slots AS s
 WHERE s.lease IS NOT NULL
 	AND (s.expires IS NULL OR s.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())
-	AND @extschema@.tb_lease_alive(s.lease)
+	AND @extschema@.tb_holder_alive(s.pid, s.started, s.xid)
 GROUP BY s.name, s.lease, s.hold, s.holder, s.pid, s.since, s.expires;
 
 COMMENT ON VIEW @extschema@.tb_leases IS
@@ -194,7 +197,7 @@ SELECT l.name, NULL, NULL, NULL, NULL, NULL, NULL, l.template,
 	(SELECT pg_catalog.count(*) FROM @extschema@.tb_lease_slots AS h
 		WHERE h.name OPERATOR(pg_catalog.=) l.name AND h.lease IS NOT NULL
 			AND (h.expires IS NULL OR h.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())
-			AND @extschema@.tb_lease_alive(h.lease))::integer
+			AND @extschema@.tb_holder_alive(h.pid, h.started, h.xid))::integer
 FROM (
 	-- limits and templates of limits
 	SELECT n.name, NULL::text AS template, n.max_in_flight
@@ -246,3 +249,13 @@ LEFT JOIN c ON c.name OPERATOR(pg_catalog.=) CASE
 	WHEN pg_catalog.octet_length(s.name) OPERATOR(pg_catalog.<=) 128 THEN s.name
 	ELSE @extschema@.tb_stats_key(s.name) END
 WHERE NOT s.is_template AND s.max_in_flight IS NULL;
+
+CREATE FUNCTION @extschema@.tb_lease_all(name text, buckets text[],
+	costs float8[] DEFAULT NULL, slots integer DEFAULT 1,
+	hold text DEFAULT 'session', ttl interval DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'tb_lease_all'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.tb_lease_all(text, text[], float8[], integer, text, interval) IS
+	'a lease of a limit and tokens from every bucket named, all or nothing: the lease id, or NULL with nothing taken';

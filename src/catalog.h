@@ -36,7 +36,7 @@ typedef struct KeptPlan
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[9];
+	Oid			argtypes[10];
 	SPIPlanPtr	plan;			/* NULL until prepared */
 	Oid			relid;			/* the installation it was prepared for */
 } KeptPlan;

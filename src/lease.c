@@ -6,25 +6,27 @@
  *
  * A limit (a row of tb_limits) allows at most max_in_flight slots held at
  * once.  Its slots are rows of tb_lease_slots, made as they are first
- * needed; a lease is the slots that carry its id.  What makes a slot held
- * is not the row alone: the holder of a lease holds a heavyweight lock of
- * its own (an advisory lock tag with the lease id, field4 "tL"), a session
- * lock for hold => 'session', a transaction lock for 'transaction'.  The
- * lock manager drops it when the session or transaction ends, whatever the
- * way (a client gone, pg_terminate_backend, a crash and restart), so a
- * slot whose lease's lock nobody holds is free, at once, with no TTL to
- * guess.  Trying that lock is the liveness check (tb_lease_alive).
+ * needed; a lease is the slots that carry its id, and the row says who
+ * holds it: a session (its backend's pid and start time) for hold =>
+ * 'session', a transaction (its id) for 'transaction'.  A slot is held
+ * only while that holder exists: a backend with that pid and start time,
+ * a transaction still in progress (holder_alive()).  So the slots of a
+ * holder that is gone, however it went (a client killed, the backend
+ * terminated or crashed, the transaction committed, rolled back or
+ * failed), are free at once, with nothing to clean up and no TTL to
+ * guess; and nothing a session does to its own state (DISCARD ALL or
+ * pg_advisory_unlock_all, as poolers run between clients) ends its leases.
  *
  * Taking slots is one UPDATE over the free slots locked with FOR UPDATE
  * SKIP LOCKED: two callers never take the same slot, and a slot another
  * transaction is taking or releasing (its row locked) is never counted
  * free.  A lease of several slots that finds fewer free takes none (its
- * subtransaction is rolled back with the row locks).
+ * subtransaction is rolled back with the row locks).  No index covers a
+ * column a lease writes, so leases and releases are HOT updates.
  *
- * Freeing wakes the head of the limit's queue of waiters (wait.c): at
- * the end of the transaction that released, or whose transaction lease
- * ended (after the locks are released), and at the exit of a session
- * holding leases.
+ * Freeing wakes the head of the limit's queue of waiters (wait.c): at the
+ * end of the transaction that released, or whose transaction lease ended
+ * (once its locks are gone), and at the exit of a session holding leases.
  *
  * src/lease.c
  *
@@ -34,6 +36,7 @@
 
 #include <limits.h>
 
+#include "access/transam.h"
 #include "access/xact.h"
 #include "bucket.h"
 #include "catalog.h"
@@ -44,25 +47,24 @@
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "storage/ipc.h"
-#include "storage/lock.h"
+#include "storage/procarray.h"
 #include "utils/acl.h"
+#include "utils/backend_status.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
+#include "utils/xid8.h"
 #include "wait.h"
-
-/* field4 of the lock a lease's holder holds: "tL" (see wait.c) */
-#define LEASE_LOCK_FIELD4	0x744c
 
 /* Longest limit name, as for a bucket. */
 #define LIMIT_NAME_MAX_BYTES 1024
 
-/* A session lease this backend holds. */
+/* A session lease this backend holds, for waking its queue at exit. */
 typedef struct HeldLease
 {
 	int64		lease;
-	char	   *name;			/* its limit, for waking its queue */
+	char	   *name;			/* its limit */
 	int			len;
 	SubTransactionId subid;		/* the subtransaction that made it, until
 								 * the transaction commits; then invalid */
@@ -76,19 +78,11 @@ static List *wake_at_end = NIL;
 
 static bool callbacks_registered = false;
 
-/* The tag of the lock the holder of "lease" holds. */
-static void
-lease_tag(LOCKTAG *tag, int64 lease)
-{
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) ((uint64) lease >> 32),
-						 (uint32) lease, LEASE_LOCK_FIELD4);
-}
-
 /*
- * Lease ids are a name's key times 2^36 plus a sequence's value modulo
- * 2^36 (see tb_lease_ids): under 2^52, which every client's numbers hold.
+ * Lease ids are a name's key times 2^37 plus a sequence's value modulo
+ * 2^37 (see tb_lease_ids): under 2^53, which every client's numbers hold.
  */
-#define LEASE_SEQUENCE_BITS 36
+#define LEASE_SEQUENCE_BITS 37
 #define LEASE_KEY_BITS		16
 
 /* The key of limit "name": a hash of it, in LEASE_KEY_BITS bits. */
@@ -107,21 +101,64 @@ lease_key(int64 lease)
 }
 
 /*
- * Whether the holder of "lease" still holds its lock: another backend
- * does (the lock is not free), or this one does.
+ * Whether the backend of process "pid" that started at "started" still
+ * runs: this one, or one the server's backend status lists with that
+ * start (a pid alone could be a later backend's).
  */
 static bool
-lease_alive(int64 lease)
+backend_alive(int pid, TimestampTz started)
 {
-	LOCKTAG		tag;
-	LockAcquireResult result;
+	int			n;
 
-	lease_tag(&tag, lease);
-	result = LockAcquire(&tag, ExclusiveLock, false, true);
-	if (result == LOCKACQUIRE_NOT_AVAIL)
-		return true;
-	LockRelease(&tag, ExclusiveLock, false);
-	return result != LOCKACQUIRE_OK;
+	if (pid == MyProcPid)
+		return started == MyStartTimestamp;
+	if (BackendPidGetProc(pid) == NULL)
+		return false;			/* the common case of a dead holder: no look */
+	n = pgstat_fetch_stat_numbackends();
+	for (int i = 1; i <= n; i++)
+	{
+#if PG_VERSION_NUM >= 170000
+		LocalPgBackendStatus *local = pgstat_get_local_beentry_by_index(i);
+#else
+		LocalPgBackendStatus *local = pgstat_fetch_stat_local_beentry(i);
+#endif
+
+		if (local != NULL && local->backendStatus.st_procpid == pid)
+			return local->backendStatus.st_proc_start_timestamp == started;
+	}
+	return false;
+}
+
+/*
+ * Whether transaction "xid" is still in progress (this one included); one
+ * older than half the xid space is long over.
+ */
+static bool
+transaction_alive(FullTransactionId xid)
+{
+	FullTransactionId next = ReadNextFullTransactionId();
+
+	if (!FullTransactionIdPrecedes(xid, next) ||
+		U64FromFullTransactionId(next) - U64FromFullTransactionId(xid) >= ((uint64) 1 << 31))
+		return false;
+	return TransactionIdIsInProgress(XidFromFullTransactionId(xid));
+}
+
+PG_FUNCTION_INFO_V1(tb_holder_alive);
+
+/*
+ * tb_holder_alive(pid, started, xid): whether the holder a slot names
+ * exists: transaction "xid" in progress, or (xid NULL) the backend of
+ * process "pid" that started at "started".
+ */
+Datum
+tb_holder_alive(PG_FUNCTION_ARGS)
+{
+	if (!PG_ARGISNULL(2))
+		PG_RETURN_BOOL(transaction_alive(PG_GETARG_FULLTRANSACTIONID(2)));
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		PG_RETURN_BOOL(false);
+	PG_RETURN_BOOL(backend_alive(PG_GETARG_INT32(0), PG_GETARG_TIMESTAMPTZ(1)));
 }
 
 /* Remember to wake the queue of limit "name" when the transaction ends. */
@@ -143,14 +180,10 @@ wake_later(const char *name, int len)
 	MemoryContextSwitchTo(old);
 }
 
-/* Give up this backend's lock on session lease "held"; free "held". */
+/* Forget session lease "held". */
 static void
 drop_held(HeldLease *held)
 {
-	LOCKTAG		tag;
-
-	lease_tag(&tag, held->lease);
-	LockRelease(&tag, ExclusiveLock, true);
 	pfree(held->name);
 	pfree(held);
 }
@@ -226,9 +259,9 @@ lease_release_callback(ResourceReleasePhase phase, bool isCommit,
 }
 
 /*
- * Session end (before the lock manager lets go of everything): give up
- * the session leases and wake their queues, so the next waiter takes the
- * slots at once.
+ * Session end: wake the queues of the session's leases.  This backend is
+ * still listed while this runs; a waiter woken looks again within
+ * milliseconds until it is gone (wait_in_queue()).
  */
 static void
 lease_exit_callback(int code, Datum arg)
@@ -377,26 +410,26 @@ static KeptPlan add_slots_plan = {
 static KeptPlan take_plan = {
 	.sql = "WITH l AS MATERIALIZED (SELECT " LIMIT_OF_1 " AS max_in_flight)"
 	" UPDATE %1$s.tb_lease_slots"
-	" SET lease = (SELECT ($8::pg_catalog.int8 OPERATOR(pg_catalog.*) 68719476736)"
+	" SET lease = (SELECT ($8::pg_catalog.int8 OPERATOR(pg_catalog.*) 137438953472)"
 	"   OPERATOR(pg_catalog.+) (pg_catalog.nextval('%1$s.tb_lease_ids'::pg_catalog.regclass)"
-	"   OPERATOR(pg_catalog.%%) 68719476736)),"
-	"  hold = $2, holder = $3, pid = $4, since = $5, expires = $6"
+	"   OPERATOR(pg_catalog.%%) 137438953472)),"
+	"  hold = $2, holder = $3, pid = $4, started = $9, xid = $10, since = $5, expires = $6"
 	" WHERE name OPERATOR(pg_catalog.=) $1 AND slot OPERATOR(pg_catalog.=) ANY (ARRAY("
 	"  SELECT f.slot FROM %1$s.tb_lease_slots AS f, l"
 	"  WHERE f.name OPERATOR(pg_catalog.=) $1"
 	"  AND f.slot OPERATOR(pg_catalog.<=) l.max_in_flight"
 	"  AND (f.lease IS NULL OR f.expires OPERATOR(pg_catalog.<=) $5"
-	"   OR NOT %1$s.tb_lease_alive(f.lease))"
+	"   OR NOT %1$s.tb_holder_alive(f.pid, f.started, f.xid))"
 	"  AND NOT EXISTS (SELECT FROM %1$s.tb_lease_slots AS a"
 	"   WHERE a.name OPERATOR(pg_catalog.=) $1"
 	"   AND a.slot OPERATOR(pg_catalog.>) l.max_in_flight"
 	"   AND a.lease IS NOT NULL"
 	"   AND (a.expires IS NULL OR a.expires OPERATOR(pg_catalog.>) $5)"
-	"   AND %1$s.tb_lease_alive(a.lease))"
+	"   AND %1$s.tb_holder_alive(a.pid, a.started, a.xid))"
 	"  ORDER BY f.slot LIMIT $7 FOR UPDATE OF f SKIP LOCKED))"
 	" RETURNING lease",
-	.nargs = 8, .argtypes = {TEXTOID, TEXTOID, OIDOID, INT4OID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, INT4OID}
+	.nargs = 10, .argtypes = {TEXTOID, TEXTOID, OIDOID, INT4OID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, XID8OID}
 };
 
 /* When the first lease of $1 with a ttl ends, after $2. */
@@ -416,6 +449,7 @@ typedef struct LeaseAsk
 	int32		slots;
 	LeaseHold	hold;
 	double		ttl_usecs;		/* <= 0: none */
+	TimestampTz now;			/* for lease_take_step() */
 	int64		lease;			/* the id, once granted */
 } LeaseAsk;
 
@@ -463,17 +497,15 @@ lease_refused(LeaseAsk *ask)
 
 /*
  * Take the slots of "ask" at "now", all or (returning false) not all:
- * the caller rolls back a partial take.  Granted, the holder's lock is
- * taken and the lease remembered.  The slots are seen with the new id
- * only once this transaction commits, by when its lock is held.
+ * the caller rolls back a partial take (lease_take_whole()).  The slots name their holder:
+ * this session, or this transaction.
  */
 static bool
 lease_take(LeaseAsk *ask, TimestampTz now)
 {
-	Datum		args[8];
-	char		nulls[9] = "        ";
+	Datum		args[10];
+	char		nulls[11] = "          ";
 	bool		isnull;
-	LOCKTAG		tag;
 
 	args[0] = PointerGetDatum(ask->name);
 	args[1] = CStringGetTextDatum(ask->hold == HOLD_SESSION ? "session" : "transaction");
@@ -489,6 +521,14 @@ lease_take(LeaseAsk *ask, TimestampTz now)
 	}
 	args[6] = Int32GetDatum(ask->slots);
 	args[7] = Int32GetDatum(name_key(ask->name));
+	args[8] = TimestampTzGetDatum(MyStartTimestamp);
+	if (ask->hold == HOLD_TRANSACTION)
+		args[9] = FullTransactionIdGetDatum(GetTopFullTransactionId());
+	else
+	{
+		args[9] = (Datum) 0;
+		nulls[9] = 'n';
+	}
 
 	if (plan_run(&take_plan, ask->relid, args, nulls) != (uint64) ask->slots)
 	{
@@ -502,13 +542,6 @@ lease_take(LeaseAsk *ask, TimestampTz now)
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = NULL;
 
-	lease_tag(&tag, ask->lease);
-	if (LockAcquire(&tag, ExclusiveLock, ask->hold == HOLD_SESSION, true) == LOCKACQUIRE_NOT_AVAIL)
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("lease id " INT64_FORMAT " is still held", ask->lease),
-				 errdetail("The ids of a limit came round (after 2^36 leases) while a lease of the same id was held."),
-				 errhint("Retry the lease: it takes the next id.")));
 	if (ask->hold == HOLD_SESSION)
 	{
 		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
@@ -526,17 +559,41 @@ lease_take(LeaseAsk *ask, TimestampTz now)
 	return true;
 }
 
+/* subxact_run() step: lease_take() at ask->now. */
+static bool
+lease_take_step(void *arg)
+{
+	LeaseAsk   *ask = arg;
+
+	return lease_take(ask, ask->now);
+}
+
 /*
- * lease_take(), and when refused for want of slots made, once more after
- * making them; the errors of lease_refused().
+ * lease_take(), all or nothing: a lease of several slots runs in a
+ * subtransaction of its own, so that finding fewer free leaves none taken
+ * (nor its rows locked).
+ */
+static bool
+lease_take_whole(LeaseAsk *ask, TimestampTz now)
+{
+	if (ask->slots == 1)
+		return lease_take(ask, now);
+	ask->now = now;
+	return subxact_run(lease_take_step, ask, 0, NULL);
+}
+
+/*
+ * lease_take_whole(), and when refused for want of slots made, once more
+ * after making them; the errors of lease_refused().
  */
 static bool
 lease_take_or_refuse(LeaseAsk *ask, TimestampTz now)
 {
-	return lease_take(ask, now) || (lease_refused(ask) && lease_take(ask, now));
+	return lease_take_whole(ask, now) ||
+		(lease_refused(ask) && lease_take_whole(ask, now));
 }
 
-/* subxact_run() step: lease_take_or_refuse() at the clock's time. */
+/* lease_take_or_refuse() at the clock's time. */
 static bool
 lease_step(void *arg)
 {
@@ -569,23 +626,41 @@ lease_attempt(void *arg, TimestampTz now, TimestampTz *ready)
 	return false;
 }
 
-/*
- * The common part of tb_lease and tb_lease_wait: check the arguments,
- * then lease (waiting until "deadline" with "wait").  Returns whether
- * the lease was granted, its id in *lease.
- */
+/* subxact_run() step of lease_with(): the lease, then the rest. */
+typedef struct LeaseAndThen
+{
+	LeaseAsk   *ask;
+	bool		(*and_then) (void *arg);
+	void	   *arg;
+} LeaseAndThen;
+
 static bool
-lease(FunctionCallInfo fcinfo, bool wait, TimestampTz deadline, int64 *lease)
+lease_and_then_step(void *arg)
+{
+	LeaseAndThen *both = arg;
+
+	return lease_step(both->ask) && both->and_then(both->arg);
+}
+
+/*
+ * Lease what "request" asks for (waiting until "deadline" with "wait";
+ * with request->and_then, all or nothing with what it takes, which runs
+ * after the lease is granted, in the same subtransaction).  Returns
+ * whether the lease was granted, its id in *lease.
+ */
+bool
+lease_with(FunctionCallInfo fcinfo, const LeaseRequest *request, bool wait,
+		   TimestampTz deadline, int64 *lease)
 {
 	LeaseAsk	ask = {0};
 	SpiSession	session;
 	bool		granted;
 	int64		waited_usecs;
 
-	ask.name = PG_GETARG_TEXT_PP(0);
-	ask.slots = PG_GETARG_INT32(1);
-	ask.hold = parse_hold(PG_GETARG_TEXT_PP(2));
-	ask.ttl_usecs = PG_ARGISNULL(3) ? 0 : ttl_usecs(PG_GETARG_INTERVAL_P(3));
+	ask.name = request->name;
+	ask.slots = request->slots;
+	ask.hold = parse_hold(request->hold);
+	ask.ttl_usecs = request->ttl == NULL ? 0 : ttl_usecs(request->ttl);
 	check_limit_name(ask.name);
 	if (is_template_name(ask.name))
 		ereport(ERROR,
@@ -606,13 +681,31 @@ lease(FunctionCallInfo fcinfo, bool wait, TimestampTz deadline, int64 *lease)
 	if (wait)
 		granted = wait_in_queue(VARDATA_ANY(ask.name), VARSIZE_ANY_EXHDR(ask.name),
 								deadline, lease_attempt, &ask, &waited_usecs);
-	else if (ask.slots == 1)
-		granted = lease_step(&ask); /* one slot: all or none by itself */
+	else if (request->and_then != NULL)
+	{
+		LeaseAndThen both = {&ask, request->and_then, request->and_then_arg};
+
+		granted = subxact_run(lease_and_then_step, &both, 0, NULL);
+	}
 	else
-		granted = subxact_run(lease_step, &ask, 0, NULL);
+		granted = lease_step(&ask);
 	spi_end(&session);
 	*lease = ask.lease;
 	return granted;
+}
+
+/* The LeaseRequest of tb_lease's and tb_lease_wait's arguments. */
+static LeaseRequest
+request_from_args(FunctionCallInfo fcinfo)
+{
+	LeaseRequest request = {
+		.name = PG_GETARG_TEXT_PP(0),
+		.slots = PG_GETARG_INT32(1),
+		.hold = PG_GETARG_TEXT_PP(2),
+		.ttl = PG_ARGISNULL(3) ? NULL : PG_GETARG_INTERVAL_P(3)
+	};
+
+	return request;
 }
 
 PG_FUNCTION_INFO_V1(tb_lease);
@@ -626,9 +719,12 @@ tb_lease(PG_FUNCTION_ARGS)
 {
 	int64		id;
 
+	LeaseRequest request;
+
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
 		PG_RETURN_NULL();
-	if (!lease(fcinfo, false, 0, &id))
+	request = request_from_args(fcinfo);
+	if (!lease_with(fcinfo, &request, false, 0, &id))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(id);
 }
@@ -644,6 +740,7 @@ Datum
 tb_lease_wait(PG_FUNCTION_ARGS)
 {
 	TimestampTz deadline = DT_NOEND;
+	LeaseRequest request;
 	int64		id;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
@@ -668,33 +765,36 @@ tb_lease_wait(PG_FUNCTION_ARGS)
 					 errmsg("timeout must not be negative")));
 		deadline = timestamp_saturate((double) GetCurrentTimestamp() + usecs);
 	}
-	if (!lease(fcinfo, true, deadline, &id))
+	request = request_from_args(fcinfo);
+	if (!lease_with(fcinfo, &request, true, deadline, &id))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(id);
 }
 
 /*
- * The limit of lease $1 (of key $3), if it names slots and its ttl has
- * not passed at $2.
+ * The limit of lease $1 (of key $3), if it is held: its ttl has not passed
+ * at $2, and its holder exists.
  */
 static KeptPlan lease_plan = {
 	.sql = "SELECT name FROM %1$s.tb_lease_slots"
 	" WHERE key OPERATOR(pg_catalog.=) $3 AND lease OPERATOR(pg_catalog.=) $1"
-	" AND (expires IS NULL OR expires OPERATOR(pg_catalog.>) $2) LIMIT 1",
+	" AND (expires IS NULL OR expires OPERATOR(pg_catalog.>) $2)"
+	" AND %1$s.tb_holder_alive(pid, started, xid) LIMIT 1",
 	.nargs = 3, .argtypes = {INT8OID, TIMESTAMPTZOID, INT4OID}
 };
 
 /*
- * Free the slots of lease $1 (of key $5; before its ttl ends, at $4) if
- * the caller, $3, may: the DBA ($2), the holder's role, or a member of
- * it.  Returns the limit's name per slot.
+ * Free the slots of lease $1 (of key $5), held (its ttl not passed at $4,
+ * its holder there), if the caller, $3, may: the DBA ($2), the holder's
+ * role, or a member of it.  Returns the limit's name per slot.
  */
 static KeptPlan release_plan = {
 	.sql = "UPDATE %1$s.tb_lease_slots"
-	" SET lease = NULL, hold = NULL, holder = NULL, pid = NULL, since = NULL,"
-	" expires = NULL"
+	" SET lease = NULL, hold = NULL, holder = NULL, pid = NULL, started = NULL,"
+	" xid = NULL, since = NULL, expires = NULL"
 	" WHERE key OPERATOR(pg_catalog.=) $5 AND lease OPERATOR(pg_catalog.=) $1"
 	" AND (expires IS NULL OR expires OPERATOR(pg_catalog.>) $4)"
+	" AND %1$s.tb_holder_alive(pid, started, xid)"
 	" AND CASE WHEN $2 OR holder OPERATOR(pg_catalog.=) $3 THEN true"
 	"  ELSE EXISTS (SELECT FROM pg_catalog.pg_roles AS r"
 	"   WHERE r.oid OPERATOR(pg_catalog.=) holder)"
@@ -714,7 +814,6 @@ Datum
 tb_release(PG_FUNCTION_ARGS)
 {
 	int64		id = PG_GETARG_INT64(0);
-	bool		alive = lease_alive(id);
 	bool		freed = false;
 	Datum		args[5];
 	ListCell   *cell;
@@ -738,10 +837,9 @@ tb_release(PG_FUNCTION_ARGS)
 		wake_later(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
 		SPI_freetuptable(SPI_tuptable);
 		SPI_tuptable = NULL;
-		freed = alive;
+		freed = true;
 	}
-	else if (alive && plan_run(&lease_plan, relid,
-							   (Datum[]) {args[0], args[3], args[4]}, NULL) > 0)
+	else if (plan_run(&lease_plan, relid, (Datum[]) {args[0], args[3], args[4]}, NULL) > 0)
 	{
 		/* held, not past its ttl, and not the caller's to release */
 		char	   *name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -754,7 +852,7 @@ tb_release(PG_FUNCTION_ARGS)
 	}
 	spi_end(&session);
 
-	/* this backend's own session lease: give up its lock too */
+	/* this backend's own session lease: nothing to wake at its exit */
 	foreach(cell, held_leases)
 	{
 		HeldLease  *held = lfirst(cell);
@@ -767,15 +865,6 @@ tb_release(PG_FUNCTION_ARGS)
 		}
 	}
 	PG_RETURN_BOOL(freed);
-}
-
-PG_FUNCTION_INFO_V1(tb_lease_alive);
-
-/* tb_lease_alive(lease): whether the holder of the lease still holds it. */
-Datum
-tb_lease_alive(PG_FUNCTION_ARGS)
-{
-	PG_RETURN_BOOL(lease_alive(PG_GETARG_INT64(0)));
 }
 
 /* A new limit; nothing when the name is taken. */

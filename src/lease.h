@@ -11,8 +11,27 @@
 #ifndef TOKENBUCKET_LEASE_H
 #define TOKENBUCKET_LEASE_H
 
+#include "datatype/timestamp.h"
 #include "fmgr.h"
 
+/* A lease asked for: tb_lease's arguments, and what goes with it. */
+typedef struct LeaseRequest
+{
+	text	   *name;
+	int32		slots;
+	text	   *hold;			/* 'session' or 'transaction' */
+	Interval   *ttl;			/* NULL: none */
+
+	/*
+	 * Optional: more to take with the lease, all or nothing: true when it
+	 * took it all.  Runs once the lease is granted, in its subtransaction.
+	 */
+	bool		(*and_then) (void *arg);
+	void	   *and_then_arg;
+} LeaseRequest;
+
+extern bool lease_with(FunctionCallInfo fcinfo, const LeaseRequest *request,
+					   bool wait, TimestampTz deadline, int64 *lease);
 extern bool lease_drop_limit(FunctionCallInfo fcinfo, text *name);
 
 #endif							/* TOKENBUCKET_LEASE_H */

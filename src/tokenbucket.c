@@ -480,6 +480,55 @@ tb_acquire_all_wait(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(granted);
 }
 
+/* lease_with() and_then of tb_lease_all: the buckets' tokens. */
+typedef struct BucketsToTake
+{
+	FunctionCallInfo fcinfo;
+	Request    *requests;
+	int			nrequests;
+} BucketsToTake;
+
+static bool
+take_buckets(void *arg)
+{
+	BucketsToTake *buckets = arg;
+
+	return router_take(buckets->fcinfo, buckets->requests, buckets->nrequests,
+					   GetCurrentTimestamp());
+}
+
+PG_FUNCTION_INFO_V1(tb_lease_all);
+
+/*
+ * tb_lease_all(name, buckets, costs, slots, hold, ttl): a lease of limit
+ * "name" and costs[i] tokens (1 each when NULL) from every bucket, all or
+ * nothing: the lease id, or NULL with nothing taken.  An AI worker's "one
+ * of 10 in flight, 1 of 500 requests a minute and 2,000 of 300,000 tokens
+ * a minute" in one call.
+ */
+Datum
+tb_lease_all(PG_FUNCTION_ARGS)
+{
+	BucketsToTake buckets = {.fcinfo = fcinfo};
+	LeaseRequest request;
+	int64		lease;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(3) || PG_ARGISNULL(4))
+		PG_RETURN_NULL();
+	buckets.requests = requests_from_arrays(PG_GETARG_ARRAYTYPE_P(1),
+											PG_ARGISNULL(2) ? NULL : PG_GETARG_ARRAYTYPE_P(2),
+											&buckets.nrequests);
+	request.name = PG_GETARG_TEXT_PP(0);
+	request.slots = PG_GETARG_INT32(3);
+	request.hold = PG_GETARG_TEXT_PP(4);
+	request.ttl = PG_ARGISNULL(5) ? NULL : PG_GETARG_INTERVAL_P(5);
+	request.and_then = take_buckets;
+	request.and_then_arg = &buckets;
+	if (!lease_with(fcinfo, &request, false, 0, &lease))
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(lease);
+}
+
 /* Order requests back into the caller's order. */
 static int
 request_position_cmp(const void *a, const void *b)

@@ -56,8 +56,7 @@
 
 /*
  * field4 of our lock tags (pg_advisory_lock uses 1 and 2): "tb" for the
- * queue of a bucket, "tl" for the queue of a limit (lease.c's leases use
- * "tL")
+ * queue of a bucket, "tl" for the queue of a limit
  */
 #define QUEUE_LOCK_FIELD4	0x7462
 #define LIMIT_QUEUE_LOCK_FIELD4	0x746c
@@ -160,20 +159,29 @@ queue_join(LOCKTAG *tag, TimestampTz deadline, bool *waited)
 
 /*
  * Sleep on the latch until "until" or until it is set, answering
- * interrupts; no CPU is used.
+ * interrupts; no CPU is used.  Returns whether the latch woke it.
  */
-static void
-sleep_until(TimestampTz until)
+static bool
+sleep_until_woken(TimestampTz until)
 {
 	TimestampTz now = GetCurrentTimestamp();
+	int			events;
 
 	CHECK_FOR_INTERRUPTS();
 	if (now >= until)
-		return;
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 (long) ((until - now + 999) / 1000), PG_WAIT_EXTENSION);
+		return false;
+	events = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					   (long) ((until - now + 999) / 1000), PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
+	return (events & WL_LATCH_SET) != 0;
+}
+
+/* sleep_until_woken(), whatever woke it. */
+static void
+sleep_until(TimestampTz until)
+{
+	(void) sleep_until_woken(until);
 }
 
 /* One attempt at taking every request of a waiter, at "now". */
@@ -337,6 +345,7 @@ wait_in_queue(const char *name, int len, TimestampTz deadline,
 	bool		joined;
 	bool		granted = false;
 	bool		waited = false;
+	int64		backoff = 0;	/* usecs to the next look after a wake */
 
 	check_primary();
 	check_read_committed();
@@ -354,9 +363,18 @@ wait_in_queue(const char *name, int len, TimestampTz deadline,
 		granted = run_until(deadline, queued_attempt_step, &queued, &timed_out);
 		if (granted || timed_out || queued.now >= deadline)
 			break;
-		/* at least a millisecond, so that nothing can make this spin */
-		sleep_until(Max(Min(Min(queued.ready, queued.now + RECHECK_USECS), deadline),
-						queued.now + 1000));
+
+		/*
+		 * Woken and still refused: a holder that woke us on its way out may
+		 * not be gone yet.  Look again after 1 ms, 2, 4... up to 128 ms,
+		 * then once a second again.  At least a millisecond, so that
+		 * nothing can make this spin.
+		 */
+		if (sleep_until_woken(Max(Min(Min(queued.ready, queued.now + (backoff ? backoff : RECHECK_USECS)),
+									  deadline), queued.now + 1000)))
+			backoff = 1000;
+		else if (backoff != 0)
+			backoff = backoff < 128000 ? backoff * 2 : 0;
 		waited = true;
 	}
 

@@ -3,9 +3,13 @@
 client fires hundreds of concurrent requests at the provider through one
 aiohttp session; each first awaits tb_acquire_wait on the shared request
 bucket (through an asyncpg pool), so the provider never sees more than its
-limit, and nothing polls.
+limit, and nothing polls.  The provider also caps the requests it answers
+at once: each request first awaits a lease of one of --inflight slots
+(tb_lease_wait), released when its answer is in, so the provider never
+sees more than that many at once either, however many processes share
+the limit.
 
-    client.py --dsn DSN --provider URL --requests 300 --rpm 18 --burst 10 --window 1
+    client.py --dsn DSN --provider URL --requests 300 --rpm 18 --burst 10 --window 1 --inflight 3
 
 The bucket is set below the provider's limit (a lower rate, a smaller
 burst): a grant reaches the provider a moment later over HTTP, and on a
@@ -25,16 +29,34 @@ import asyncpg
 
 
 async def one_request(session, pool, args, counts):
+    timeout = datetime.timedelta(seconds=args.timeout)
+    # The connection stays with the request until its slot is released:
+    # were it given back to the pool, every pooled connection could end up
+    # waiting for a slot while the requests holding the slots wait for a
+    # connection to release them with.
     async with pool.acquire() as db:
-        granted = await db.fetchval("SELECT tb_acquire_wait($1, 1, $2)", args.bucket,
-                                    datetime.timedelta(seconds=args.timeout))
-    if not granted:
-        counts["timed_out"] += 1
-        return
-    async with session.post(f"{args.provider}/v1/complete",
-                            json={"prompt_tokens": 10, "max_tokens": 20}) as answer:
-        await answer.read()
-        counts["ok" if answer.status == 200 else "refused"] += 1
+        lease = None
+        if args.inflight:
+            # one slot in flight, held by this connection's session until
+            # released, or until the session ends should this process die
+            lease = await db.fetchval("SELECT tb_lease_wait($1, timeout => $2)",
+                                      args.limit, timeout)
+            if lease is None:
+                counts["timed_out"] += 1
+                return
+        try:
+            granted = await db.fetchval("SELECT tb_acquire_wait($1, 1, $2)", args.bucket,
+                                        timeout)
+            if not granted:
+                counts["timed_out"] += 1
+                return
+            async with session.post(f"{args.provider}/v1/complete",
+                                    json={"prompt_tokens": 10, "max_tokens": 20}) as answer:
+                await answer.read()
+                counts["ok" if answer.status == 200 else "refused"] += 1
+        finally:
+            if lease is not None:
+                await db.fetchval("SELECT tb_release($1)", lease)
 
 
 async def main():
@@ -46,6 +68,9 @@ async def main():
     parser.add_argument("--burst", type=float, default=10)
     parser.add_argument("--window", type=float, default=1.0)
     parser.add_argument("--bucket", default="provider:rpm")
+    parser.add_argument("--inflight", type=int, default=0,
+                        help="requests in flight at once (0: no lease)")
+    parser.add_argument("--limit", default="provider:inflight")
     parser.add_argument("--pool", type=int, default=20)
     parser.add_argument("--timeout", type=float, default=60)
     args = parser.parse_args()
@@ -56,6 +81,10 @@ async def main():
         await db.execute("SELECT tb_drop($1)", args.bucket)
         await db.execute("SELECT tb_create($1, $2, $3, $4)", args.bucket, args.burst,
                          args.rpm, datetime.timedelta(seconds=args.window))
+        if args.inflight:
+            # and its cap on concurrent requests, as a limit every client shares
+            await db.execute("SELECT tb_drop($1)", args.limit)
+            await db.execute("SELECT tb_create_limit($1, $2)", args.limit, args.inflight)
     counts = {"ok": 0, "refused": 0, "timed_out": 0}
     async with aiohttp.ClientSession() as session:
         await session.post(f"{args.provider}/reset")
@@ -72,10 +101,13 @@ async def main():
     result = {"requests": args.requests, "served": stats["served"],
               "refused": stats["refused"], "timed_out": counts["timed_out"],
               "seconds": round(elapsed, 2), "allowed": round(allowed, 1),
-              "of_limit": round(stats["served"] / allowed, 3)}
+              "of_limit": round(stats["served"] / allowed, 3),
+              "inflight": args.inflight, "max_in_flight": stats["max_in_flight"],
+              "refused_in_flight": stats["refused_in_flight"]}
     print(f"{result['served']} served, {result['refused']} refused (429) in "
           f"{result['seconds']} s; the provider allowed {result['allowed']}: "
-          f"{100 * result['of_limit']:.1f}% of its limit used")
+          f"{100 * result['of_limit']:.1f}% of its limit used; at most "
+          f"{result['max_in_flight']} in flight at once (its cap: {args.inflight or 'none'})")
     print(json.dumps(result))
 
 

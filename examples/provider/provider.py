@@ -8,14 +8,17 @@ POST /v1/complete  {"prompt_tokens": n, "max_tokens": m}
     429 with Retry-After (seconds) when a limit is exceeded
     every answer carries x-ratelimit-remaining-requests / -tokens
 GET /stats  {"served": .., "refused": .., "tokens": .., "seconds": ..,
-             "rpm": .., "tpm": .., "window": ..}
+             "rpm": .., "tpm": .., "window": .., "concurrency": ..,
+             "max_in_flight": .., "refused_in_flight": ..}
 
 Limits are requests and tokens per window (a minute at a provider, scaled
 here to --window seconds so a run takes seconds).  Each is a token bucket
 holding one window's worth, refilled continuously: requests are counted on
 arrival, tokens when the answer's usage is known, as providers bill them.
 A request that finds either bucket short is refused with 429 and the time
-until it would fit.
+until it would fit.  With --concurrency N, as providers cap concurrent
+requests, one that arrives while N are being answered is refused with 429
+too (counted in refused_in_flight).
 """
 import argparse
 import asyncio
@@ -49,7 +52,8 @@ class Bucket:
 def make_app(args):
     requests = Bucket(args.rpm, args.window)
     tokens = Bucket(args.tpm, args.window)
-    stats = {"served": 0, "refused": 0, "tokens": 0, "started": time.monotonic()}
+    stats = {"served": 0, "refused": 0, "tokens": 0, "started": time.monotonic(),
+             "in_flight": 0, "max_in_flight": 0, "refused_in_flight": 0}
     rng = random.Random(args.seed)
 
     def headers():
@@ -62,6 +66,12 @@ def make_app(args):
         body = await request.json()
         prompt = int(body.get("prompt_tokens", 0))
         max_tokens = int(body.get("max_tokens", 0))
+        if args.concurrency and stats["in_flight"] >= args.concurrency:
+            stats["refused"] += 1
+            stats["refused_in_flight"] += 1
+            return web.json_response(
+                {"error": "too_many_concurrent_requests"}, status=429,
+                headers={**headers(), "Retry-After": "1"})
         wait = max(requests.wait_for(1), tokens.wait_for(1))
         if wait > 0:
             stats["refused"] += 1
@@ -69,7 +79,12 @@ def make_app(args):
                 {"error": "rate_limit_exceeded"}, status=429,
                 headers={**headers(), "Retry-After": f"{wait:.3f}"})
         requests.level -= 1
-        await asyncio.sleep(args.latency)
+        stats["in_flight"] += 1
+        stats["max_in_flight"] = max(stats["max_in_flight"], stats["in_flight"])
+        try:
+            await asyncio.sleep(args.latency)
+        finally:
+            stats["in_flight"] -= 1
         used = prompt + rng.randint(max_tokens // 2, max_tokens)
         tokens.refill()
         tokens.level -= used          # billed as used; may go below zero
@@ -79,12 +94,14 @@ def make_app(args):
 
     async def get_stats(request):
         return web.json_response({
-            **{k: v for k, v in stats.items() if k != "started"},
+            **{k: v for k, v in stats.items() if k not in ("started", "in_flight")},
             "seconds": time.monotonic() - stats["started"],
-            "rpm": args.rpm, "tpm": args.tpm, "window": args.window})
+            "rpm": args.rpm, "tpm": args.tpm, "window": args.window,
+            "concurrency": args.concurrency})
 
     async def reset(request):
-        stats.update(served=0, refused=0, tokens=0, started=time.monotonic())
+        stats.update(served=0, refused=0, tokens=0, started=time.monotonic(),
+                     max_in_flight=0, refused_in_flight=0)
         return web.json_response({"ok": True})
 
     app = web.Application()
@@ -101,6 +118,8 @@ def main():
     parser.add_argument("--tpm", type=float, default=20000, help="tokens per window")
     parser.add_argument("--window", type=float, default=1.0, help="seconds a provider's minute lasts")
     parser.add_argument("--latency", type=float, default=0.05, help="seconds an answer takes")
+    parser.add_argument("--concurrency", type=int, default=0,
+                        help="most requests answered at once (0: no cap)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     web.run_app(make_app(args), host="127.0.0.1", port=args.port, print=None)
