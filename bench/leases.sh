@@ -9,8 +9,9 @@
 #   update2      two plain UPDATEs of one row of a table of its own, each
 #                its own transaction: the ceiling of a lease and its
 #                release, two durable writes
-#   lease        tb_lease then tb_release on a table limit no one fills
-#                (one row per slot: the slots spread the writers)
+#   lease        tb_lease then tb_release on a limit of 64 that 32 clients
+#                never fill (one row per slot: the slots spread the
+#                writers; a release looks through its limit's slots)
 #   lease_xact   BEGIN; tb_lease(..., 'transaction'); COMMIT: a lease
 #                freed by its transaction's end, one write
 #   lease_key    lease then release on a random one of 10,000 names of a
@@ -24,7 +25,7 @@ LEASES_CSV=$TOP/bench/leases.csv
 createdb leases
 psql -q -X -d leases -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
 CREATE EXTENSION tokenbucket;
-SELECT tb_create('hot', 1e9, 1e9), tb_create_limit('llm', 1000), tb_create_limit('lu:*', 10);
+SELECT tb_create('hot', 1e9, 1e9), tb_create_limit('llm', 64), tb_create_limit('lu:*', 10);
 SELECT count(tb_release(tb_lease('lu:' || i))) FROM generate_series(1, 10000) AS i;
 CREATE TABLE counter (id int PRIMARY KEY, n bigint);
 INSERT INTO counter VALUES (1, 0);

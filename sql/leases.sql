@@ -79,6 +79,17 @@ SELECT name, template, max_in_flight, in_flight FROM tb_status WHERE name LIKE '
 SELECT tb_alter_limit('user:*', 3);
 SELECT tb_lease('user:1') IS NOT NULL AS third_slot, pg_temp.held('user:1') AS held;
 
+-- tb_purge: the slots of names a template made that hold no lease, and
+-- were not leased for idle, go; the next lease makes them again
+SELECT tb_create_limit('p:*', 2);
+SELECT tb_lease('p:held') AS ph \gset
+SELECT tb_release(tb_lease('p:idle')) AS released;
+SELECT tb_purge('1 hour') AS leased_recently_kept;
+SELECT tb_purge('0') AS purged;
+SELECT name, in_flight FROM tb_status WHERE name LIKE 'p:%' ORDER BY name;
+SELECT tb_lease('p:idle', 2) IS NOT NULL AS made_again, pg_temp.held('p:idle') AS held;
+SELECT tb_drop('p:*');
+
 -- a lowered limit keeps its leases, and grants again only under the new maximum
 SELECT tb_lease('llm') AS h1 \gset
 SELECT tb_lease('llm') AS h2 \gset

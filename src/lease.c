@@ -383,15 +383,19 @@ report_no_limit(text *name)
 	"   ORDER BY pg_catalog.octet_length(name) DESC LIMIT 1)" \
 	"  LIMIT 1) AS m)"
 
-/* A name's limit, and the last of its slots made so far. */
+/*
+ * A name's limit, and how many of its slots up to it are made (a purge
+ * may leave some of a name's slots, those leased while it ran).
+ */
 static KeptPlan limit_plan = {
-	.sql = "SELECT " LIMIT_OF_1 ","
-	" (SELECT pg_catalog.max(s.slot) FROM %1$s.tb_lease_slots AS s"
-	"   WHERE s.name OPERATOR(pg_catalog.=) $1)",
+	.sql = "SELECT l.max_in_flight, (SELECT pg_catalog.count(*)::integer"
+	"  FROM %1$s.tb_lease_slots AS s WHERE s.name OPERATOR(pg_catalog.=) $1"
+	"  AND s.slot OPERATOR(pg_catalog.<=) l.max_in_flight)"
+	" FROM (SELECT " LIMIT_OF_1 " AS max_in_flight) AS l",
 	.nargs = 1, .argtypes = {TEXTOID}
 };
 
-/* The slots $2 to $3 of $1 (whose key is $4), free. */
+/* The slots $2 to $3 of $1 (whose key is $4) that are not made yet, free. */
 static KeptPlan add_slots_plan = {
 	.sql = "INSERT INTO %1$s.tb_lease_slots (name, slot, key)"
 	" SELECT $1, g, $4 FROM pg_catalog.generate_series($2, $3) AS g"
@@ -488,7 +492,7 @@ lease_refused(LeaseAsk *ask)
 				 errdetail("A lease takes at most the limit's max_in_flight slots.")));
 	if (made >= max_in_flight)
 		return false;
-	args[1] = Int32GetDatum(made + 1);
+	args[1] = Int32GetDatum(1);
 	args[2] = Int32GetDatum(max_in_flight);
 	args[3] = Int32GetDatum(name_key(ask->name));
 	(void) plan_run(&add_slots_plan, ask->relid, args, NULL);
@@ -786,12 +790,13 @@ static KeptPlan lease_plan = {
 /*
  * Free the slots of lease $1 (of key $5), held (its ttl not passed at $4,
  * its holder there), if the caller, $3, may: the DBA ($2), the holder's
- * role, or a member of it.  Returns the limit's name per slot.
+ * role, or a member of it ("since" stays: when the slot was last leased,
+ * for tb_purge).  Returns the limit's name per slot.
  */
 static KeptPlan release_plan = {
 	.sql = "UPDATE %1$s.tb_lease_slots"
 	" SET lease = NULL, hold = NULL, holder = NULL, pid = NULL, started = NULL,"
-	" xid = NULL, since = NULL, expires = NULL"
+	" xid = NULL, expires = NULL"
 	" WHERE key OPERATOR(pg_catalog.=) $5 AND lease OPERATOR(pg_catalog.=) $1"
 	" AND (expires IS NULL OR expires OPERATOR(pg_catalog.>) $4)"
 	" AND %1$s.tb_holder_alive(pid, started, xid)"
@@ -941,6 +946,56 @@ tb_alter_limit(PG_FUNCTION_ARGS)
 	register_callbacks();
 	wake_later(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
 	PG_RETURN_VOID();
+}
+
+/*
+ * The slots of the names templates made (no limit row of their own) that
+ * hold no lease, and were last leased before $2 (none since: since is
+ * NULL), all of a name's or none; a slot leased meanwhile is kept (the
+ * next lease makes the rest again).  How many names went.
+ */
+static KeptPlan purge_plan = {
+	.sql = "WITH idle AS ("
+	"  SELECT k.name FROM %1$s.tb_lease_slots AS k"
+	"  WHERE NOT EXISTS (SELECT FROM %1$s.tb_limits AS l"
+	"   WHERE l.name OPERATOR(pg_catalog.=) k.name)"
+	"  GROUP BY k.name"
+	"  HAVING pg_catalog.bool_and(k.lease IS NULL"
+	"   OR coalesce(k.expires OPERATOR(pg_catalog.<=) $1, false)"
+	"   OR NOT %1$s.tb_holder_alive(k.pid, k.started, k.xid))"
+	"  AND coalesce(pg_catalog.max(k.since), '-infinity') OPERATOR(pg_catalog.<) $2),"
+	" gone AS (DELETE FROM %1$s.tb_lease_slots AS s USING idle"
+	"  WHERE s.name OPERATOR(pg_catalog.=) idle.name"
+	"  AND (s.lease IS NULL OR s.expires OPERATOR(pg_catalog.<=) $1"
+	"   OR NOT %1$s.tb_holder_alive(s.pid, s.started, s.xid))"
+	"  RETURNING s.name)"
+	" SELECT pg_catalog.count(DISTINCT name) FROM gone",
+	.nargs = 2, .argtypes = {TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/*
+ * tb_purge()'s part for limits: forget the slots of names templates made
+ * that hold no lease and were not leased since "idle_since" (the next
+ * lease makes them again, free).  Returns how many names.
+ */
+uint64
+lease_purge(FunctionCallInfo fcinfo, TimestampTz idle_since, TimestampTz now)
+{
+	Datum		args[2] = {TimestampTzGetDatum(now), TimestampTzGetDatum(idle_since)};
+	SpiSession	session = spi_begin(fcinfo, true);
+	uint64		names = 0;
+
+	spi_allow_seqscan();		/* it reads every slot */
+	if (plan_run(&purge_plan, installation_table(fcinfo), args, NULL) == 1)
+	{
+		bool		isnull;
+
+		names = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		SPI_freetuptable(SPI_tuptable);
+		SPI_tuptable = NULL;
+	}
+	spi_end(&session);
+	return names;
 }
 
 /* A limit's row gone. */

@@ -33,5 +33,7 @@ typedef struct LeaseRequest
 extern bool lease_with(FunctionCallInfo fcinfo, const LeaseRequest *request,
 					   bool wait, TimestampTz deadline, int64 *lease);
 extern bool lease_drop_limit(FunctionCallInfo fcinfo, text *name);
+extern uint64 lease_purge(FunctionCallInfo fcinfo, TimestampTz idle_since,
+						  TimestampTz now);
 
 #endif							/* TOKENBUCKET_LEASE_H */

@@ -729,7 +729,9 @@ PG_FUNCTION_INFO_V1(tb_purge);
 /*
  * tb_purge(idle): delete template-made buckets that are full and unwritten
  * for "idle"; a full bucket decides as a new one would, so nothing a later
- * call sees changes.  Returns how many.
+ * call sees changes.  The same for the slots of names limit templates made
+ * that hold no lease and were not leased for "idle".  Returns how many
+ * buckets and names.
  */
 Datum
 tb_purge(PG_FUNCTION_ARGS)
@@ -741,7 +743,8 @@ tb_purge(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("idle must be a finite interval of zero or more")));
-	PG_RETURN_INT64((int64) router_purge(fcinfo, timestamp_after(now, -usecs), now));
+	PG_RETURN_INT64((int64) (router_purge(fcinfo, timestamp_after(now, -usecs), now) +
+							 lease_purge(fcinfo, timestamp_after(now, -usecs), now)));
 }
 
 PG_FUNCTION_INFO_V1(tb_create);
