@@ -395,13 +395,23 @@ static KeptPlan limit_plan = {
 	.nargs = 1, .argtypes = {TEXTOID}
 };
 
-/* The slots $2 to $3 of $1 (whose key is $4) that are not made yet, free. */
+/* The slots 1 to $2 of $1 (whose key is $3) that are not made yet, free. */
 static KeptPlan add_slots_plan = {
 	.sql = "INSERT INTO %1$s.tb_lease_slots (name, slot, key)"
-	" SELECT $1, g, $4 FROM pg_catalog.generate_series($2, $3) AS g"
+	" SELECT $1, g, $3 FROM pg_catalog.generate_series(1, $2) AS g"
 	" ON CONFLICT DO NOTHING",
-	.nargs = 4, .argtypes = {TEXTOID, INT4OID, INT4OID, INT4OID}
+	.nargs = 3, .argtypes = {TEXTOID, INT4OID, INT4OID}
 };
+
+/* Make the slots 1 to "max_in_flight" of "name" that are not made yet. */
+static void
+add_slots(Oid relid, text *name, int32 max_in_flight)
+{
+	Datum		args[3] = {PointerGetDatum(name), Int32GetDatum(max_in_flight),
+	Int32GetDatum(name_key(name))};
+
+	(void) plan_run(&add_slots_plan, relid, args, NULL);
+}
 
 /*
  * Lease $7 slots of $1 (whose key is $8) at $5, under a new id (returned):
@@ -465,7 +475,7 @@ typedef struct LeaseAsk
 static bool
 lease_refused(LeaseAsk *ask)
 {
-	Datum		args[4] = {PointerGetDatum(ask->name)};
+	Datum		args[1] = {PointerGetDatum(ask->name)};
 	HeapTuple	row;
 	TupleDesc	desc;
 	bool		isnull;
@@ -492,10 +502,7 @@ lease_refused(LeaseAsk *ask)
 				 errdetail("A lease takes at most the limit's max_in_flight slots.")));
 	if (made >= max_in_flight)
 		return false;
-	args[1] = Int32GetDatum(1);
-	args[2] = Int32GetDatum(max_in_flight);
-	args[3] = Int32GetDatum(name_key(ask->name));
-	(void) plan_run(&add_slots_plan, ask->relid, args, NULL);
+	add_slots(ask->relid, ask->name, max_in_flight);
 	return true;
 }
 
@@ -890,7 +897,7 @@ tb_create_limit(PG_FUNCTION_ARGS)
 {
 	text	   *name = PG_GETARG_TEXT_PP(0);
 	int32		max_in_flight = PG_GETARG_INT32(1);
-	Datum		args[4] = {PointerGetDatum(name), Int32GetDatum(max_in_flight)};
+	Datum		args[2] = {PointerGetDatum(name), Int32GetDatum(max_in_flight)};
 	SpiSession	session;
 	Oid			relid;
 
@@ -905,12 +912,7 @@ tb_create_limit(PG_FUNCTION_ARGS)
 				 errhint("Change it with tb_alter_limit(), or remove it with tb_drop().")));
 	/* a named limit's slots now, so that the first lease need not make them */
 	if (!is_template_name(name))
-	{
-		args[1] = Int32GetDatum(1);
-		args[2] = Int32GetDatum(max_in_flight);
-		args[3] = Int32GetDatum(name_key(name));
-		(void) plan_run(&add_slots_plan, relid, args, NULL);
-	}
+		add_slots(relid, name, max_in_flight);
 	spi_end(&session);
 	PG_RETURN_VOID();
 }
