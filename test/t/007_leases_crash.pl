@@ -40,7 +40,8 @@ IPC::Run::finish($holder);
 # the server restarts: every slot is free, no lease is listed
 $node->poll_query_until('postgres', 'SELECT true')
   or die 'the server did not come back';
-like(slurp_file($node->logfile), qr/server process .* was terminated by signal 9/,
+# "server process (PID n)" before 18, "client backend (PID n)" from 18 on
+like(slurp_file($node->logfile), qr/\(PID $pid\) was terminated by signal 9/,
 	'the kill crashed the server, which restarted');
 is($node->safe_psql('postgres',
 	"SELECT count(*) FROM tb_lease_slots WHERE lease IS NOT NULL"), '5',
