@@ -60,17 +60,27 @@
 /* Longest limit name, as for a bucket. */
 #define LIMIT_NAME_MAX_BYTES 1024
 
-/* A session lease this backend holds, for waking its queue at exit. */
+/*
+ * A limit this session has taken session leases of: its queue is woken
+ * when the session ends.  One entry per limit, whatever the number of
+ * leases, released or not (a wake-up too many costs a waiter one look).
+ */
 typedef struct HeldLease
 {
-	int64		lease;
-	char	   *name;			/* its limit */
+	char	   *name;			/* the limit */
 	int			len;
-	SubTransactionId subid;		/* the subtransaction that made it, until
-								 * the transaction commits; then invalid */
+	SubTransactionId subid;		/* the subtransaction that made its first
+								 * lease, until the transaction commits;
+								 * then invalid */
 } HeldLease;
 
-/* This backend's session leases, in TopMemoryContext. */
+/*
+ * This session's limits, in TopMemoryContext; at most MAX_HELD_LIMITS (a
+ * session leasing from more limits, as a gateway through a template's
+ * names: those past it are not woken at its exit, and their waiters find
+ * the slots free at their next look, within a second).
+ */
+#define MAX_HELD_LIMITS 1024
 static List *held_leases = NIL;
 
 /* Limits whose queue to wake when this transaction's locks are gone. */
@@ -180,7 +190,7 @@ wake_later(const char *name, int len)
 	MemoryContextSwitchTo(old);
 }
 
-/* Forget session lease "held". */
+/* Forget limit "held". */
 static void
 drop_held(HeldLease *held)
 {
@@ -190,9 +200,9 @@ drop_held(HeldLease *held)
 
 /*
  * The end of (sub)transaction "subid" (InvalidSubTransactionId: of the
- * whole transaction): the session leases made in it belong to "parent"
- * now (commit; invalid: kept for the session), or are given up with the
- * slots they took (abort).
+ * whole transaction): the limits first leased from in it belong to
+ * "parent" now (commit; invalid: kept for the session), or are forgotten,
+ * their leases gone with the slots they took (abort).
  */
 static void
 end_of_xact(SubTransactionId subid, SubTransactionId parent, bool commit)
@@ -259,7 +269,7 @@ lease_release_callback(ResourceReleasePhase phase, bool isCommit,
 }
 
 /*
- * Session end: wake the queues of the session's leases.  This backend is
+ * Session end: wake the queues of the session's limits.  This backend is
  * still listed while this runs; a waiter woken looks again within
  * milliseconds until it is gone (wait_in_queue()).
  */
@@ -506,6 +516,33 @@ lease_refused(LeaseAsk *ask)
 	return true;
 }
 
+/* Remember that this session leased from limit "name" (HeldLease). */
+static void
+remember_limit(text *name)
+{
+	const char *data = VARDATA_ANY(name);
+	int			len = VARSIZE_ANY_EXHDR(name);
+	MemoryContext old;
+	HeldLease  *held;
+	ListCell   *cell;
+
+	foreach(cell, held_leases)
+	{
+		held = lfirst(cell);
+		if (held->len == len && memcmp(held->name, data, len) == 0)
+			return;
+	}
+	if (list_length(held_leases) >= MAX_HELD_LIMITS)
+		return;
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	held = palloc(sizeof(HeldLease));
+	held->name = pnstrdup(data, len);
+	held->len = len;
+	held->subid = GetCurrentSubTransactionId();
+	held_leases = lappend(held_leases, held);
+	MemoryContextSwitchTo(old);
+}
+
 /*
  * Take the slots of "ask" at "now", all or (returning false) not all:
  * the caller rolls back a partial take (lease_take_whole()).  The slots name their holder:
@@ -554,17 +591,7 @@ lease_take(LeaseAsk *ask, TimestampTz now)
 	SPI_tuptable = NULL;
 
 	if (ask->hold == HOLD_SESSION)
-	{
-		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-		HeldLease  *held = palloc(sizeof(HeldLease));
-
-		held->lease = ask->lease;
-		held->name = text_to_cstring(ask->name);
-		held->len = strlen(held->name);
-		held->subid = GetCurrentSubTransactionId();
-		held_leases = lappend(held_leases, held);
-		MemoryContextSwitchTo(old);
-	}
+		remember_limit(ask->name);
 	else
 		wake_later(VARDATA_ANY(ask->name), VARSIZE_ANY_EXHDR(ask->name));
 	return true;
@@ -759,21 +786,19 @@ tb_lease_wait(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(4))
 	{
 		Interval   *timeout = PG_GETARG_INTERVAL_P(4);
-		double		usecs;
+		double		usecs = (double) timeout->time +
+			((double) timeout->month * DAYS_PER_MONTH + timeout->day) * USECS_PER_DAY;
 
+		/* as tb_acquire_wait says it */
 #ifdef INTERVAL_NOT_FINITE
 		if (INTERVAL_NOT_FINITE(timeout))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("timeout must be a finite interval"),
-					 errhint("Pass NULL to wait with no limit but statement_timeout.")));
+			usecs = -1;
 #endif
-		usecs = (double) timeout->time +
-			((double) timeout->month * DAYS_PER_MONTH + timeout->day) * USECS_PER_DAY;
 		if (usecs < 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("timeout must not be negative")));
+					 errmsg("timeout must be a finite interval of zero or more"),
+					 errhint("Pass NULL to wait without a limit but statement_timeout.")));
 		deadline = timestamp_saturate((double) GetCurrentTimestamp() + usecs);
 	}
 	request = request_from_args(fcinfo);
@@ -828,7 +853,6 @@ tb_release(PG_FUNCTION_ARGS)
 	int64		id = PG_GETARG_INT64(0);
 	bool		freed = false;
 	Datum		args[5];
-	ListCell   *cell;
 	SpiSession	session;
 	Oid			relid;
 	bool		isnull;
@@ -863,19 +887,6 @@ tb_release(PG_FUNCTION_ARGS)
 				 errhint("A lease is released by its holder's role, a member of it, or the extension's owner.")));
 	}
 	spi_end(&session);
-
-	/* this backend's own session lease: nothing to wake at its exit */
-	foreach(cell, held_leases)
-	{
-		HeldLease  *held = lfirst(cell);
-
-		if (held->lease == id)
-		{
-			held_leases = foreach_delete_current(held_leases, cell);
-			drop_held(held);
-			break;
-		}
-	}
 	PG_RETURN_BOOL(freed);
 }
 
