@@ -3,7 +3,7 @@
  * common.c
  *	  What every layer above the arithmetic needs: the installation a call
  *	  serves, bucket names, subtransactions, set-returning results and the
- *	  right to read them.
+ *	  right to read them, intervals and the deadline of a wait.
  *
  * An installation is one CREATE EXTENSION tokenbucket: a database, a
  * schema, and the tb_buckets table in it.  Shared memory and the kept
@@ -18,6 +18,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "bucket.h"
 #include "catalog/pg_class.h"
 #include "common.h"
 #include "funcapi.h"
@@ -263,4 +264,36 @@ check_may_read(FunctionCallInfo fcinfo, const char *function,
 			 errmsg("permission denied for view %s", views[0]),
 			 errdetail("%s shows what %s shows, to those who may read it.",
 					   function, views[0])));
+}
+
+/* Microseconds in an interval, months as 30 days; false if not finite. */
+bool
+interval_usecs(Interval *span, double *usecs)
+{
+#ifdef INTERVAL_NOT_FINITE
+	if (INTERVAL_NOT_FINITE(span))
+		return false;
+#endif
+	*usecs = (double) span->time +
+		((double) span->month * DAYS_PER_MONTH + span->day) * USECS_PER_DAY;
+	return true;
+}
+
+/*
+ * The latest moment a wait may last until: NULL is no limit but
+ * statement_timeout; a negative or infinite timeout is an error.
+ */
+TimestampTz
+deadline_after(Interval *timeout, TimestampTz now)
+{
+	double		usecs;
+
+	if (timeout == NULL)
+		return DT_NOEND;
+	if (!interval_usecs(timeout, &usecs) || usecs < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must be a finite interval of zero or more"),
+				 errhint("Pass NULL to wait without a limit but statement_timeout.")));
+	return timestamp_saturate((double) now + usecs);
 }

@@ -12,6 +12,7 @@
 #ifndef TOKENBUCKET_COMMON_H
 #define TOKENBUCKET_COMMON_H
 
+#include "datatype/timestamp.h"
 #include "fmgr.h"
 #include "utils/resowner.h"
 #include "utils/tuplestore.h"
@@ -30,6 +31,10 @@ extern void report_dropped(void);
 /* Names */
 extern bool is_template_name(text *name);
 extern bool is_template_key(const char *name, int len);
+
+/* Intervals: microseconds in one; the end of a wait's timeout. */
+extern bool interval_usecs(Interval *span, double *usecs);
+extern TimestampTz deadline_after(Interval *timeout, TimestampTz now);
 
 /* The server must be a primary for anything that changes a bucket. */
 extern void check_primary(void);

@@ -330,15 +330,11 @@ ttl_usecs(Interval *ttl)
 {
 	double		usecs;
 
-#ifdef INTERVAL_NOT_FINITE
-	if (INTERVAL_NOT_FINITE(ttl))
+	if (!interval_usecs(ttl, &usecs))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ttl must be a finite interval"),
 				 errhint("Pass NULL for a lease freed only by its holder.")));
-#endif
-	usecs = (double) ttl->time +
-		((double) ttl->month * DAYS_PER_MONTH + ttl->day) * USECS_PER_DAY;
 	if (usecs <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -777,30 +773,14 @@ PG_FUNCTION_INFO_V1(tb_lease_wait);
 Datum
 tb_lease_wait(PG_FUNCTION_ARGS)
 {
-	TimestampTz deadline = DT_NOEND;
+	TimestampTz deadline;
 	LeaseRequest request;
 	int64		id;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
 		PG_RETURN_NULL();
-	if (!PG_ARGISNULL(4))
-	{
-		Interval   *timeout = PG_GETARG_INTERVAL_P(4);
-		double		usecs = (double) timeout->time +
-			((double) timeout->month * DAYS_PER_MONTH + timeout->day) * USECS_PER_DAY;
-
-		/* as tb_acquire_wait says it */
-#ifdef INTERVAL_NOT_FINITE
-		if (INTERVAL_NOT_FINITE(timeout))
-			usecs = -1;
-#endif
-		if (usecs < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("timeout must be a finite interval of zero or more"),
-					 errhint("Pass NULL to wait without a limit but statement_timeout.")));
-		deadline = timestamp_saturate((double) GetCurrentTimestamp() + usecs);
-	}
+	deadline = deadline_after(PG_ARGISNULL(4) ? NULL : PG_GETARG_INTERVAL_P(4),
+							  GetCurrentTimestamp());
 	request = request_from_args(fcinfo);
 	if (!lease_with(fcinfo, &request, true, deadline, &id))
 		PG_RETURN_NULL();

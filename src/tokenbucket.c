@@ -133,19 +133,6 @@ tb_check_bucket(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(true);
 }
 
-/* Microseconds in an interval, months as 30 days; false if not finite. */
-static bool
-interval_usecs(Interval *span, double *usecs)
-{
-#ifdef INTERVAL_NOT_FINITE
-	if (INTERVAL_NOT_FINITE(span))
-		return false;
-#endif
-	*usecs = (double) span->time +
-		((double) span->month * DAYS_PER_MONTH + span->day) * USECS_PER_DAY;
-	return true;
-}
-
 /* Tokens per second from "refill" tokens every "per". */
 static double
 refill_rate_from(double refill, Interval *per)
@@ -186,25 +173,6 @@ static TimestampTz
 timestamp_after(TimestampTz now, double usecs)
 {
 	return timestamp_saturate((double) now + usecs);
-}
-
-/*
- * The latest moment a wait may last until: NULL is no limit but
- * statement_timeout; a negative or infinite timeout is an error.
- */
-static TimestampTz
-deadline_after(Interval *timeout, TimestampTz now)
-{
-	double		usecs;
-
-	if (timeout == NULL)
-		return DT_NOEND;
-	if (!interval_usecs(timeout, &usecs) || usecs < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("timeout must be a finite interval of zero or more"),
-				 errhint("Pass NULL to wait without a limit but statement_timeout.")));
-	return timestamp_after(now, usecs);
 }
 
 /*
