@@ -4,18 +4,18 @@ EXTENSION = tokenbucket
 MODULE_big = tokenbucket
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" tokenbucket.control)
 OBJS = src/bucket.o src/common.o src/shmem.o src/catalog.o src/table_store.o \
-	src/memory_entries.o src/memory_state.o src/memory_xact.o src/memory_store.o src/stats.o src/router.o src/wait.o src/lease.o src/tokenbucket.o
+	src/memory_entries.o src/memory_state.o src/memory_xact.o src/memory_store.o src/stats.o src/router.o src/wait.o src/lease_memory.o src/lease.o src/tokenbucket.o
 DATA = $(wildcard sql/tokenbucket--*.sql)
 # the queries file for prometheus-postgres-exporter, into $(pg_config --docdir)/extension
 DOCS = prometheus/tokenbucket.yaml
 
 # pg_regress: inputs in sql/, outputs in expected/
 REGRESS = api errors clock security settle all templates upgrade exact look memory stats \
-	untrusted leases
+	untrusted leases leases_memory
 # isolation specs live in test/isolation/{specs,expected}
 ISOLATION = race_last_token wait_uncommitted rollback_returns all_or_nothing \
 	acquire_all_deadlock template_first_use concurrent_purge memory_race \
-	memory_committed lease_last_slot
+	memory_committed lease_last_slot lease_memory_last_slot
 ISOLATION_OPTS = --inputdir=test/isolation
 
 # warnings are errors; silence only what PostgreSQL's own headers trigger

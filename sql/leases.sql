@@ -2,11 +2,16 @@
 -- leases: in-flight limits in one session: leasing, refusing, releasing,
 -- holds, ttl, templates, lowering a limit, dropping, privileges and every
 -- error.  (test/leases.sh: other sessions dying, waits; isolation specs
--- lease_*: two sessions.)
+-- lease_*: two sessions.)  sql/leases_memory.sql runs it all again on
+-- memory limits (:memory true).
 --
+\if :{?memory}
+\else
+\set memory false
+\endif
 CREATE EXTENSION tokenbucket;
-SELECT tb_create_limit('llm', 3);
-SELECT tb_create_limit('user:*', 2);
+SELECT tb_create_limit('llm', 3, :memory);
+SELECT tb_create_limit('user:*', 2, :memory);
 
 -- held(name): the slots of "name" held now, as tb_status reports them
 CREATE FUNCTION pg_temp.held(n text) RETURNS integer LANGUAGE sql
@@ -16,8 +21,10 @@ CREATE FUNCTION pg_temp.held(n text) RETURNS integer LANGUAGE sql
 SELECT tb_lease('llm') AS a \gset
 SELECT tb_lease('llm', 2) AS b \gset
 SELECT tb_lease('llm') IS NULL AS refused, pg_temp.held('llm') AS held;
--- ids are positive and under 2^52: every client's numbers hold them exactly
-SELECT :a > 0 AND :a < 2::numeric ^ 52 AND :b > 0 AND :b < 2::numeric ^ 52 AS ids_fit;
+-- ids are under 2^52 either way (every client's numbers hold them
+-- exactly), above zero for a table limit, below for a memory limit
+SELECT abs(:a) < 2::numeric ^ 52 AND abs(:b) < 2::numeric ^ 52
+       AND (:a < 0) = :memory AND (:b < 0) = :memory AS ids_fit;
 SELECT name, slots, hold, holder, pid = pg_backend_pid() AS mine, since <= now() AS since,
        expires, lease = :a AS is_a
 FROM tb_leases ORDER BY slots;
@@ -72,7 +79,7 @@ SELECT tb_lease('user:1') IS NOT NULL AS u1, tb_lease('user:1') IS NOT NULL AS u
 SELECT name, template, is_template, memory, max_in_flight, in_flight, capacity, tokens
 FROM tb_status ORDER BY name;
 -- a longer template wins for the names it covers
-SELECT tb_create_limit('user:vip:*', 3);
+SELECT tb_create_limit('user:vip:*', 3, :memory);
 SELECT tb_lease('user:vip:1', 3) IS NOT NULL AS vip;
 SELECT name, template, max_in_flight, in_flight FROM tb_status WHERE name LIKE 'user:vip%' ORDER BY name;
 -- a new maximum for a template is every name's
@@ -81,7 +88,7 @@ SELECT tb_lease('user:1') IS NOT NULL AS third_slot, pg_temp.held('user:1') AS h
 
 -- tb_purge: the slots of names a template made that hold no lease, and
 -- were not leased for idle, go; the next lease makes them again
-SELECT tb_create_limit('p:*', 2);
+SELECT tb_create_limit('p:*', 2, :memory);
 SELECT tb_lease('p:held') AS ph \gset
 SELECT tb_release(tb_lease('p:idle')) AS released;
 SELECT tb_purge('1 hour') AS leased_recently_kept;
@@ -111,12 +118,12 @@ SELECT count(*) AS slots_left FROM tb_lease_slots WHERE name LIKE 'user:%' AND n
 SELECT tb_drop('user:vip:*');
 SELECT count(*) AS no_slots FROM tb_lease_slots;
 -- a bucket and a limit of one name: tb_drop takes both
-SELECT tb_create('both', 1, 1), tb_create_limit('both', 1);
+SELECT tb_create('both', 1, 1), tb_create_limit('both', 1, :memory);
 SELECT tb_drop('both');
 SELECT count(*) AS left FROM tb_status WHERE name = 'both';
 
 -- tb_lease_all: one in flight, a request and its tokens, all or nothing
-SELECT tb_create_limit('ai:inflight', 2), tb_create('ai:rpm', 3, 3, '1 day'),
+SELECT tb_create_limit('ai:inflight', 2, :memory), tb_create('ai:rpm', 3, 3, '1 day'),
        tb_create('ai:tpm', 5000, 5000, '1 day', memory => true);
 SELECT tb_lease_all('ai:inflight', '{ai:rpm,ai:tpm}', '{1,2000}') IS NOT NULL AS first,
        tb_lease_all('ai:inflight', '{ai:rpm,ai:tpm}', '{1,2000}') IS NOT NULL AS second;
@@ -145,11 +152,11 @@ SELECT tb_lease_all(NULL, '{ai:rpm}') IS NULL AS n1, tb_lease_all('ai:inflight',
 SELECT tb_drop('ai:inflight'), tb_drop('ai:rpm'), tb_drop('ai:tpm');
 
 -- errors
-SELECT tb_create_limit('api', 2);
-SELECT tb_create_limit('api', 5);
-SELECT tb_create_limit('api2', 0);
-SELECT tb_create_limit('', 1);
-SELECT tb_create_limit(repeat('x', 1025), 1);
+SELECT tb_create_limit('api', 2, :memory);
+SELECT tb_create_limit('api', 5, :memory);
+SELECT tb_create_limit('api2', 0, :memory);
+SELECT tb_create_limit('', 1, :memory);
+SELECT tb_create_limit(repeat('x', 1025), 1, :memory);
 SELECT tb_alter_limit('nope', 1);
 SELECT tb_alter_limit('api', -1);
 SELECT tb_lease('nope');
@@ -201,7 +208,7 @@ CREATE ROLE regress_tb_lease_other;
 GRANT USAGE ON SCHEMA public TO regress_tb_lease_worker, regress_tb_lease_other;
 SET ROLE regress_tb_lease_worker;
 SELECT tb_lease('api') AS w \gset
-SELECT tb_create_limit('mine', 100);
+SELECT tb_create_limit('mine', 100, :memory);
 SELECT tb_alter_limit('api', 100);
 SELECT * FROM tb_leases;
 SELECT * FROM tb_limits;
@@ -219,10 +226,10 @@ DROP OWNED BY regress_tb_lease_worker, regress_tb_lease_other;
 DROP ROLE regress_tb_lease_worker, regress_tb_lease_other;
 
 -- a limit made with plain SQL works at once
-INSERT INTO tb_limits VALUES ('plain', 1);
+INSERT INTO tb_limits VALUES ('plain', 1, :memory);
 SELECT tb_lease('plain') IS NOT NULL AS granted, tb_lease('plain') IS NULL AS refused;
 -- and the table checks what it is given
-INSERT INTO tb_limits VALUES ('zero', 0);
-INSERT INTO tb_limits VALUES ('', 1);
+INSERT INTO tb_limits VALUES ('zero', 0, :memory);
+INSERT INTO tb_limits VALUES ('', 1, :memory);
 
 DROP EXTENSION tokenbucket;

@@ -46,7 +46,7 @@ RESET ROLE;
 -- a DBA hands out management rights with GRANT
 GRANT EXECUTE ON FUNCTION tb_reset(text) TO regress_tb_app;
 GRANT SELECT ON tb_status TO regress_tb_app;
-GRANT EXECUTE ON FUNCTION tb_memory_buckets() TO regress_tb_app;
+GRANT EXECUTE ON FUNCTION tb_memory_buckets(), tb_memory_leases() TO regress_tb_app;
 SET ROLE regress_tb_app;
 SELECT tb_reset('shared');
 SELECT name, tokens FROM tb_status;

@@ -1,7 +1,7 @@
 --
--- upgrade: 1.0 updated to 1.1, 1.2, 1.3, 1.4, 1.5 and then 1.6 keeps its buckets
--- and gives exactly the objects of a fresh install; grants made on the
--- functions 1.2 and 1.3 replace are kept.
+-- upgrade: 1.0 updated to 1.1, 1.2, 1.3, 1.4, 1.5, 1.6 and then 1.7 keeps its
+-- buckets and gives exactly the objects of a fresh install; grants made on
+-- the functions 1.2, 1.3 and 1.7 replace are kept.
 --
 -- buckets made under 1.0 (plain SQL: this library is 1.1's)
 CREATE EXTENSION tokenbucket VERSION '1.0';
@@ -38,6 +38,13 @@ ALTER EXTENSION tokenbucket UPDATE TO '1.5';
 SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 ALTER EXTENSION tokenbucket UPDATE TO '1.6';
 SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
+
+-- under 1.6, a DBA let the role make limits and read the leases
+GRANT EXECUTE ON FUNCTION tb_create_limit(text, integer) TO regress_tb_upgrade_worker;
+GRANT SELECT ON tb_leases TO regress_tb_upgrade_worker;
+
+ALTER EXTENSION tokenbucket UPDATE TO '1.7';
+SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 SELECT tb_acquire('kept', 5), tb_acquire('half', 2), tb_acquire('half');
 SELECT tb_acquire_all('{kept,half}'), round(tb_refund('kept', 1)::numeric, 2);
 -- the buckets made before the update are counted like new ones
@@ -45,8 +52,12 @@ SELECT name, granted, granted_tokens, denied, refunded_tokens FROM tb_stats ORDE
 -- the buckets are still there, in tb_status and tb_stats alone; limits beside them
 SELECT tb_create_limit('inflight', 2);
 SELECT tb_lease('inflight', 2) IS NOT NULL AS leased;
-SELECT name, max_in_flight, in_flight FROM tb_status ORDER BY name;
+SELECT name, max_in_flight, in_flight, memory FROM tb_status ORDER BY name;
 SELECT name FROM tb_stats ORDER BY name;
+-- the role that read tb_leases still does, memory leases too
+SET ROLE regress_tb_upgrade_worker;
+SELECT name, slots FROM tb_leases;
+RESET ROLE;
 
 -- the replaced functions keep those grants; what gives tokens is not PUBLIC
 SELECT p.oid::regprocedure AS function,
@@ -54,7 +65,7 @@ SELECT p.oid::regprocedure AS function,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public
 FROM pg_proc p
 WHERE p.proname IN ('tb_try', 'tb_pause_until', 'tb_pause', 'tb_refund', 'tb_try_all', 'tb_create',
-                    'tb_buckets_changed')
+                    'tb_buckets_changed', 'tb_create_limit', 'tb_memory_leases')
 ORDER BY p.oid::regprocedure::text;
 
 -- and the objects are those of a fresh install
@@ -68,7 +79,7 @@ CREATE FUNCTION pg_temp.objects() RETURNS SETOF text LANGUAGE sql AS $$
 			 FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS a
 			 WHERE p.oid = d.objid), '')
 		WHEN 'pg_class'::regclass THEN (
-			SELECT c.relkind::text || coalesce(c.relacl::text, '') || coalesce(pg_get_viewdef(c.oid), '')
+			SELECT c.relkind::text || coalesce(c.relacl, acldefault('r', c.relowner))::text || coalesce(pg_get_viewdef(c.oid), '')
 			       || coalesce(pg_get_indexdef(c.oid), '') FROM pg_class c WHERE c.oid = d.objid)
 		END, '') || coalesce(' -- ' || obj_description(d.objid, d.classid::regclass::name), '')
 	FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
@@ -107,6 +118,9 @@ END $$;
 REVOKE EXECUTE ON FUNCTION tb_try(text, float8) FROM regress_tb_upgrade_worker;
 REVOKE EXECUTE ON FUNCTION tb_pause_until(text, timestamptz) FROM regress_tb_upgrade_worker;
 REVOKE EXECUTE ON FUNCTION tb_create(text, float8, float8, interval, boolean) FROM regress_tb_upgrade_worker;
+REVOKE EXECUTE ON FUNCTION tb_create_limit(text, integer, boolean) FROM regress_tb_upgrade_worker;
+REVOKE EXECUTE ON FUNCTION tb_memory_leases() FROM regress_tb_upgrade_worker;
+REVOKE SELECT ON tb_leases FROM regress_tb_upgrade_worker;
 GRANT EXECUTE ON FUNCTION tb_try(text, float8) TO PUBLIC;
 CREATE TEMP TABLE upgraded AS SELECT * FROM pg_temp.objects() AS o(object);
 SELECT count(*) > 30 AS many_objects FROM upgraded;
@@ -135,6 +149,10 @@ SELECT pg_temp.install_and_update('1.3');
 SELECT pg_temp.differences() AS from_1_3;
 SELECT pg_temp.install_and_update('1.4');
 SELECT pg_temp.differences() AS from_1_4;
+SELECT pg_temp.install_and_update('1.5');
+SELECT pg_temp.differences() AS from_1_5;
+SELECT pg_temp.install_and_update('1.6');
+SELECT pg_temp.differences() AS from_1_6;
 DROP EXTENSION tokenbucket;
 CREATE EXTENSION tokenbucket;
 

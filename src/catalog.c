@@ -201,6 +201,16 @@ plan_run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
 }
 
 /*
+ * plan_run() of a read-only statement on the newest committed state (and
+ * this transaction's own changes), whatever the transaction's snapshot.
+ */
+uint64
+plan_run_latest(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
+{
+	return run(plan, relid, args, nulls, true);
+}
+
+/*
  * Copy the bucket state out of the first row SPI returned (its first five
  * columns: BUCKET_COLUMNS), and free the rows.
  */

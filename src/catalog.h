@@ -42,6 +42,8 @@ typedef struct KeptPlan
 } KeptPlan;
 
 extern uint64 plan_run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls);
+extern uint64 plan_run_latest(KeptPlan *plan, Oid relid, Datum *args,
+							  const char *nulls);
 extern void plan_read_bucket(Bucket *bucket);
 extern bool catalog_checked(Oid relid);
 

@@ -20,6 +20,7 @@
 #include "access/xlog.h"
 #include "bucket.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_database.h"
 #include "common.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -296,4 +297,33 @@ deadline_after(Interval *timeout, TimestampTz now)
 				 errmsg("timeout must be a finite interval of zero or more"),
 				 errhint("Pass NULL to wait without a limit but statement_timeout.")));
 	return timestamp_saturate((double) now + usecs);
+}
+
+/*
+ * Whether an object access drops an installation (its tb_buckets table:
+ * DROP EXTENSION, DROP SCHEMA) or a database, and which: *dbid, and
+ * *relid (InvalidOid: every installation of the database).
+ */
+bool
+installation_dropped(ObjectAccessType access, Oid classId, Oid objectId, int subId,
+					 Oid *dbid, Oid *relid)
+{
+	char	   *name;
+
+	if (access != OAT_DROP)
+		return false;
+	if (classId == DatabaseRelationId)
+	{
+		*dbid = objectId;
+		*relid = InvalidOid;
+		return true;
+	}
+	if (classId != RelationRelationId || subId != 0)
+		return false;
+	name = get_rel_name(objectId);
+	if (name == NULL || strcmp(name, "tb_buckets") != 0)
+		return false;
+	*dbid = MyDatabaseId;
+	*relid = objectId;
+	return true;
 }

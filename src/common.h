@@ -12,6 +12,7 @@
 #ifndef TOKENBUCKET_COMMON_H
 #define TOKENBUCKET_COMMON_H
 
+#include "catalog/objectaccess.h"
 #include "datatype/timestamp.h"
 #include "fmgr.h"
 #include "utils/resowner.h"
@@ -27,6 +28,10 @@ extern Oid	installation_table(FunctionCallInfo fcinfo);
 extern Oid	installation_owner(FunctionCallInfo fcinfo);
 extern Oid	installation_recheck(FunctionCallInfo fcinfo);
 extern void report_dropped(void);
+
+/* A DROP that takes an installation or a database with it (object_access_hook). */
+extern bool installation_dropped(ObjectAccessType access, Oid classId, Oid objectId,
+								 int subId, Oid *dbid, Oid *relid);
 
 /* Names */
 extern bool is_template_name(text *name);

@@ -28,6 +28,12 @@
  * end of the transaction that released, or whose transaction lease ended
  * (once its locks are gone), and at the exit of a session holding leases.
  *
+ * A limit whose row says memory => true keeps its leases in shared memory
+ * instead (lease_memory.c); this file reads its configuration, committed,
+ * and routes each call: a lease that finds no table slot looks the limit
+ * up, and takes a memory lease if it is a memory limit; a lease id below
+ * zero is a memory lease's.
+ *
  * src/lease.c
  *
  *-------------------------------------------------------------------------
@@ -44,6 +50,7 @@
 #include "common/hashfn.h"
 #include "common.h"
 #include "lease.h"
+#include "lease_memory.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "storage/ipc.h"
@@ -286,6 +293,13 @@ lease_exit_callback(int code, Datum arg)
 	}
 }
 
+/* Library load: memory limits' setting and shared memory, when preloading. */
+void
+lease_init(void)
+{
+	lease_memory_init();
+}
+
 /* Register the callbacks above, once per backend. */
 static void
 register_callbacks(void)
@@ -375,29 +389,37 @@ report_no_limit(text *name)
 }
 
 /*
- * The max_in_flight of limit $1: its own row's, or its longest template's
- * (NULL: none).
+ * The row that makes limit $1: its own, or its longest template's (none:
+ * no row).
  */
-#define LIMIT_OF_1 \
-	"(SELECT m.max_in_flight FROM" \
-	" ((SELECT max_in_flight FROM %1$s.tb_limits" \
+#define LIMIT_ROW_OF_1 \
+	"(SELECT r.max_in_flight, r.memory, r.template_len FROM" \
+	" ((SELECT max_in_flight, memory, 0 AS template_len FROM %1$s.tb_limits" \
 	"   WHERE name OPERATOR(pg_catalog.=) $1)" \
 	"  UNION ALL" \
-	"  (SELECT max_in_flight FROM %1$s.tb_limits" \
+	"  (SELECT max_in_flight, memory, pg_catalog.octet_length(name) FROM %1$s.tb_limits" \
 	"   WHERE name OPERATOR(pg_catalog.~~) '%%*'" \
 	"   AND pg_catalog.starts_with($1, pg_catalog.left(name, -1))" \
 	"   ORDER BY pg_catalog.octet_length(name) DESC LIMIT 1)" \
-	"  LIMIT 1) AS m)"
+	"  LIMIT 1) AS r)"
+
+/* The max_in_flight of table limit $1 (NULL: none, or a memory limit). */
+#define LIMIT_OF_1 \
+	"(SELECT m.max_in_flight FROM " LIMIT_ROW_OF_1 " AS m WHERE NOT m.memory)"
 
 /*
- * A name's limit, and how many of its slots up to it are made (a purge
- * may leave some of a name's slots, those leased while it ran).
+ * A name's limit: its max_in_flight, whether it is a memory limit, the
+ * length of its template's name (0: none), and how many of its table
+ * slots up to max_in_flight are made (a purge may leave some of a name's
+ * slots, those leased while it ran).  Read on the latest snapshot: a
+ * memory lease follows only committed configuration.
  */
 static KeptPlan limit_plan = {
-	.sql = "SELECT l.max_in_flight, (SELECT pg_catalog.count(*)::integer"
+	.sql = "SELECT l.max_in_flight, l.memory, l.template_len,"
+	" (SELECT pg_catalog.count(*)::integer"
 	"  FROM %1$s.tb_lease_slots AS s WHERE s.name OPERATOR(pg_catalog.=) $1"
-	"  AND s.slot OPERATOR(pg_catalog.<=) l.max_in_flight)"
-	" FROM (SELECT " LIMIT_OF_1 " AS max_in_flight) AS l",
+	"  AND s.slot OPERATOR(pg_catalog.<=) l.max_in_flight AND NOT l.memory)"
+	" FROM " LIMIT_ROW_OF_1 " AS l",
 	.nargs = 1, .argtypes = {TEXTOID}
 };
 
@@ -471,45 +493,78 @@ typedef struct LeaseAsk
 	double		ttl_usecs;		/* <= 0: none */
 	TimestampTz now;			/* for lease_take_step() */
 	int64		lease;			/* the id, once granted */
+	bool		memory;			/* its limit is a memory limit */
+	TimestampTz ready;			/* a memory limit full: its first ttl's end */
 } LeaseAsk;
 
+/* A name's limit, as limit_plan reads it. */
+typedef struct LimitFound
+{
+	int32		max_in_flight;
+	bool		memory;
+	int			template_len;
+	int32		made;			/* table slots made, up to max_in_flight */
+} LimitFound;
+
 /*
- * Why a lease of "ask" was refused: fail if its limit does not exist or
- * can never grant ask->slots; true if the limit lacked slots (now made:
- * worth another try).  A limit full is no error: false.
+ * The limit of "ask", committed (and this transaction's own); fail if
+ * there is none, or it can never grant ask->slots.
  */
-static bool
-lease_refused(LeaseAsk *ask)
+static LimitFound
+find_limit(LeaseAsk *ask)
 {
 	Datum		args[1] = {PointerGetDatum(ask->name)};
 	HeapTuple	row;
 	TupleDesc	desc;
 	bool		isnull;
-	int32		max_in_flight;
-	int32		made;
+	LimitFound	found;
 
-	(void) plan_run(&limit_plan, ask->relid, args, NULL);
+	if (plan_run_latest(&limit_plan, ask->relid, args, NULL) == 0)
+		report_no_limit(ask->name);
 	row = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
-	max_in_flight = DatumGetInt32(SPI_getbinval(row, desc, 1, &isnull));
+	found.max_in_flight = DatumGetInt32(SPI_getbinval(row, desc, 1, &isnull));
+	found.memory = DatumGetBool(SPI_getbinval(row, desc, 2, &isnull));
+	found.template_len = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
+	found.made = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
 	if (isnull)
-		report_no_limit(ask->name);
-	made = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
-	if (isnull)
-		made = 0;
+		found.made = 0;
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = NULL;
 
-	if (ask->slots > max_in_flight)
+	if (ask->slots > found.max_in_flight)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%d slots can never be leased from limit \"%s\"",
 						ask->slots, text_to_cstring(ask->name)),
 				 errdetail("A lease takes at most the limit's max_in_flight slots.")));
-	if (made >= max_in_flight)
-		return false;
-	add_slots(ask->relid, ask->name, max_in_flight);
-	return true;
+	return found;
+}
+
+/*
+ * A lease of memory limit "limit" for "ask" at "now"; false when it is
+ * full (ask->ready: when its first ttl ends), or when the limit was
+ * dropped meanwhile ("stale": look it up again).
+ */
+static bool
+lease_memory(LeaseAsk *ask, const LimitFound *limit, uint64 generation,
+			 TimestampTz now, bool *stale)
+{
+	MemoryLeaseAsk memory = {
+		.relid = ask->relid,
+		.name = ask->name,
+		.template_len = limit->template_len,
+		.max_in_flight = limit->max_in_flight,
+		.slots = ask->slots,
+		.session = ask->hold == HOLD_SESSION,
+		.ttl_usecs = ask->ttl_usecs,
+		.holder = ask->caller,
+		.generation = generation,
+	};
+	MemoryLeaseTaken taken = lease_memory_take(&memory, now, &ask->lease, &ask->ready);
+
+	*stale = taken == MEMORY_LEASE_STALE;
+	return taken == MEMORY_LEASE_GRANTED;
 }
 
 /* Remember that this session leased from limit "name" (HeldLease). */
@@ -617,14 +672,35 @@ lease_take_whole(LeaseAsk *ask, TimestampTz now)
 }
 
 /*
- * lease_take_whole(), and when refused for want of slots made, once more
- * after making them; the errors of lease_refused().
+ * lease_take_whole(); refused, the limit looked up (its errors): a memory
+ * limit's lease taken in shared memory, or a table limit lacking slots
+ * made and tried once more.
  */
 static bool
 lease_take_or_refuse(LeaseAsk *ask, TimestampTz now)
 {
-	return lease_take_whole(ask, now) ||
-		(lease_refused(ask) && lease_take_whole(ask, now));
+	ask->memory = false;
+	if (lease_take_whole(ask, now))
+		return true;
+	for (;;)
+	{
+		uint64		generation = lease_memory_generation();
+		LimitFound	limit = find_limit(ask);
+		bool		stale;
+
+		ask->memory = limit.memory;
+		if (!limit.memory)
+		{
+			if (limit.made >= limit.max_in_flight)
+				return false;
+			add_slots(ask->relid, ask->name, limit.max_in_flight);
+			return lease_take_whole(ask, now);
+		}
+		if (lease_memory(ask, &limit, generation, now, &stale))
+			return true;
+		if (!stale)
+			return false;
+	}
 }
 
 /* lease_take_or_refuse() at the clock's time. */
@@ -649,7 +725,9 @@ lease_attempt(void *arg, TimestampTz now, TimestampTz *ready)
 	if (lease_take_or_refuse(ask, now))
 		return true;
 	*ready = DT_NOEND;
-	if (plan_run(&next_expiry_plan, ask->relid, args, NULL) == 1)
+	if (ask->memory)
+		*ready = ask->ready;
+	else if (plan_run(&next_expiry_plan, ask->relid, args, NULL) == 1)
 	{
 		expiry = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		if (!isnull)
@@ -820,6 +898,42 @@ static KeptPlan release_plan = {
 	.nargs = 5, .argtypes = {INT8OID, BOOLOID, OIDOID, TIMESTAMPTZOID, INT4OID}
 };
 
+/* Fail: lease of limit "name" held by a role the caller may not act for. */
+static void
+report_not_holder(const char *name)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied to release a lease of limit \"%s\"", name),
+			 errdetail("The lease is held by another role."),
+			 errhint("A lease is released by its holder's role, a member of it, or the extension's owner.")));
+}
+
+/*
+ * tb_release() of a memory lease: freed when the transaction commits, in
+ * shared memory, with no statement run.
+ */
+static bool
+release_memory(FunctionCallInfo fcinfo, int64 id)
+{
+	Oid			caller = GetUserId();
+	char	   *name = NULL;
+
+	switch (lease_memory_release(installation_table(fcinfo), id, caller,
+								 has_privs_of_role(caller, installation_owner(fcinfo)),
+								 GetCurrentTimestamp(), &name))
+	{
+		case MEMORY_RELEASE_FREED:
+			return true;
+		case MEMORY_RELEASE_DENIED:
+			report_not_holder(name);
+			break;
+		case MEMORY_RELEASE_NONE:
+			break;
+	}
+	return false;
+}
+
 PG_FUNCTION_INFO_V1(tb_release);
 
 /*
@@ -837,6 +951,8 @@ tb_release(PG_FUNCTION_ARGS)
 	Oid			relid;
 	bool		isnull;
 
+	if (LEASE_IS_MEMORY(id))
+		PG_RETURN_BOOL(release_memory(fcinfo, id));
 	register_callbacks();
 	session = spi_begin(fcinfo, true);
 	relid = installation_table(fcinfo);
@@ -858,13 +974,7 @@ tb_release(PG_FUNCTION_ARGS)
 	else if (plan_run(&lease_plan, relid, (Datum[]) {args[0], args[3], args[4]}, NULL) > 0)
 	{
 		/* held, not past its ttl, and not the caller's to release */
-		char	   *name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to release a lease of limit \"%s\"", name),
-				 errdetail("The lease is held by another role."),
-				 errhint("A lease is released by its holder's role, a member of it, or the extension's owner.")));
+		report_not_holder(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
 	}
 	spi_end(&session);
 	PG_RETURN_BOOL(freed);
@@ -872,28 +982,42 @@ tb_release(PG_FUNCTION_ARGS)
 
 /* A new limit; nothing when the name is taken. */
 static KeptPlan create_limit_plan = {
-	.sql = "INSERT INTO %1$s.tb_limits (name, max_in_flight) VALUES ($1, $2)"
+	.sql = "INSERT INTO %1$s.tb_limits (name, max_in_flight, memory) VALUES ($1, $2, $3)"
 	" ON CONFLICT (name) DO NOTHING",
-	.nargs = 2, .argtypes = {TEXTOID, INT4OID}
+	.nargs = 3, .argtypes = {TEXTOID, INT4OID, BOOLOID}
 };
 
 PG_FUNCTION_INFO_V1(tb_create_limit);
 
 /*
- * tb_create_limit(name, max_in_flight): a limit of at most max_in_flight
- * slots held at once; a name ending in * is a template.
+ * tb_create_limit(name, max_in_flight, memory): a limit of at most
+ * max_in_flight slots held at once; a name ending in * is a template.
+ * With memory, its leases are kept in shared memory (1.6 declared it
+ * without "memory").
  */
 Datum
 tb_create_limit(PG_FUNCTION_ARGS)
 {
 	text	   *name = PG_GETARG_TEXT_PP(0);
 	int32		max_in_flight = PG_GETARG_INT32(1);
-	Datum		args[2] = {PointerGetDatum(name), Int32GetDatum(max_in_flight)};
+	bool		memory = PG_NARGS() > 2 && PG_GETARG_BOOL(2);
+	Datum		args[3] = {PointerGetDatum(name), Int32GetDatum(max_in_flight),
+	BoolGetDatum(memory)};
 	SpiSession	session;
 	Oid			relid;
 
 	check_limit_name(name);
 	check_max_in_flight(max_in_flight);
+	if (memory)
+	{
+		lease_memory_require();
+		if (VARSIZE_ANY_EXHDR(name) > (Size) lease_memory_name_max())
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("memory limit name must be 1 to %d bytes long, not %zu",
+							lease_memory_name_max(), VARSIZE_ANY_EXHDR(name)),
+					 errdetail("A memory limit's name is kept in shared memory, in a fixed space.")));
+	}
 	session = spi_begin(fcinfo, true);
 	relid = installation_table(fcinfo);
 	if (plan_run(&create_limit_plan, relid, args, NULL) == 0)
@@ -901,8 +1025,8 @@ tb_create_limit(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_UNIQUE_VIOLATION),
 				 errmsg("limit \"%s\" already exists", text_to_cstring(name)),
 				 errhint("Change it with tb_alter_limit(), or remove it with tb_drop().")));
-	/* a named limit's slots now, so that the first lease need not make them */
-	if (!is_template_name(name))
+	/* a named table limit's slots now, so that the first lease need not make them */
+	if (!is_template_name(name) && !memory)
 		add_slots(relid, name, max_in_flight);
 	spi_end(&session);
 	PG_RETURN_VOID();
@@ -991,9 +1115,9 @@ lease_purge(FunctionCallInfo fcinfo, TimestampTz idle_since, TimestampTz now)
 	return names;
 }
 
-/* A limit's row gone. */
+/* A limit's row gone: whether it was a memory limit. */
 static KeptPlan drop_limit_plan = {
-	.sql = "DELETE FROM %1$s.tb_limits WHERE name OPERATOR(pg_catalog.=) $1",
+	.sql = "DELETE FROM %1$s.tb_limits WHERE name OPERATOR(pg_catalog.=) $1 RETURNING memory",
 	.nargs = 1, .argtypes = {TEXTOID}
 };
 
@@ -1015,7 +1139,8 @@ static KeptPlan drop_slots_plan = {
 
 /*
  * tb_drop()'s part for limits: remove limit "name" (a template: and what
- * it made), with its leases; false when there was none.
+ * it made), with its leases (a memory limit's: when the transaction
+ * commits); false when there was none.
  */
 bool
 lease_drop_limit(FunctionCallInfo fcinfo, text *name)
@@ -1028,6 +1153,13 @@ lease_drop_limit(FunctionCallInfo fcinfo, text *name)
 	dropped = plan_run(&drop_limit_plan, relid, args, NULL) > 0;
 	if (dropped)
 	{
+		bool		isnull;
+
+		/* its memory leases, when the drop commits */
+		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+			lease_memory_forget(MyDatabaseId, relid, name);
+		SPI_freetuptable(SPI_tuptable);
+		SPI_tuptable = NULL;
 		if (is_template_name(name))
 			spi_allow_seqscan();	/* every name the template made */
 		(void) plan_run(&drop_slots_plan, relid, args, NULL);

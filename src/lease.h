@@ -30,6 +30,7 @@ typedef struct LeaseRequest
 	void	   *and_then_arg;
 } LeaseRequest;
 
+extern void lease_init(void);
 extern bool lease_with(FunctionCallInfo fcinfo, const LeaseRequest *request,
 					   bool wait, TimestampTz deadline, int64 *lease);
 extern bool lease_drop_limit(FunctionCallInfo fcinfo, text *name);

@@ -29,14 +29,11 @@
 #include "access/htup_details.h"
 #include "catalog.h"
 #include "catalog/objectaccess.h"
-#include "catalog/pg_class.h"
-#include "catalog/pg_database.h"
 #include "commands/trigger.h"
 #include "common.h"
 #include "miscadmin.h"
 #include "router.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
@@ -56,25 +53,12 @@ static void
 object_dropped(ObjectAccessType access, Oid classId, Oid objectId, int subId,
 			   void *arg)
 {
-	Oid			dbid = InvalidOid;
-	Oid			relid = InvalidOid;
+	Oid			dbid;
+	Oid			relid;
 
 	if (prev_object_access_hook)
 		prev_object_access_hook(access, classId, objectId, subId, arg);
-	if (access != OAT_DROP)
-		return;
-	if (classId == DatabaseRelationId)
-		dbid = objectId;
-	else if (classId == RelationRelationId && subId == 0)
-	{
-		char	   *name = get_rel_name(objectId);
-
-		if (name == NULL || strcmp(name, "tb_buckets") != 0)
-			return;
-		dbid = MyDatabaseId;
-		relid = objectId;
-	}
-	else
+	if (!installation_dropped(access, classId, objectId, subId, &dbid, &relid))
 		return;
 	for (int i = 0; i < NUM_STORES; i++)
 		stores[i]->forget(dbid, relid);
@@ -98,8 +82,6 @@ router_init(void)
 			stores[i]->init();
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = object_dropped;
-	if (process_shared_preload_libraries_in_progress)
-		MarkGUCPrefixReserved("tokenbucket");
 }
 
 /*

@@ -29,6 +29,7 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -45,11 +46,18 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
-/* Module load: counters and memory buckets, when the library is preloaded. */
+/*
+ * Module load: counters, memory buckets and memory limits, when the
+ * library is preloaded.
+ */
 void
 _PG_init(void)
 {
 	router_init();
+	lease_init();
+	/* every setting is defined: any other tokenbucket.* is a typo */
+	if (process_shared_preload_libraries_in_progress)
+		MarkGUCPrefixReserved("tokenbucket");
 }
 
 /* Longest name: well inside what a btree index entry may hold. */

@@ -44,8 +44,8 @@ SELECT count(tb_acquire('muser:' || k)) FROM generate_series(1, 5) AS k, generat
 SELECT tb_create('stuck', 1, 1, '1 hour'), tb_acquire('stuck');
 CREATE ROLE regress_tb_prometheus LOGIN;
 GRANT SELECT ON tb_stats, tb_template_stats TO regress_tb_prometheus;
-GRANT EXECUTE ON FUNCTION tb_memory_buckets(), tb_stats_counters(), tb_memory_counters(),
-	tb_template_counters(), tb_memory_templates() TO regress_tb_prometheus;
+GRANT EXECUTE ON FUNCTION tb_memory_buckets(), tb_memory_leases(), tb_stats_counters(),
+	tb_memory_counters(), tb_template_counters(), tb_memory_templates() TO regress_tb_prometheus;
 SQL
 
 q -c "SET statement_timeout = 200" -c "SELECT tb_acquire_wait('stuck', 1, '1 hour')" >/dev/null 2>&1 || true

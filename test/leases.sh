@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test/leases.sh: in-flight limits with real sessions coming and going.
+# test/leases.sh [table|memory]: in-flight limits with real sessions coming
+# and going, on limits kept in the table (the default) or in memory.
 # Prints TAP.
 #
 #  1-2  a client killed with -9 while holding every slot: the slots are
@@ -23,7 +24,13 @@
 # The limits are two orders of magnitude above the millisecond or two a
 # wake-up takes, and below the 1 s at which a waiter looks again anyway.
 set -euo pipefail
-DB=tb_leases
+KIND=${1:-table}
+case $KIND in
+table) MEMORY=false ;;
+memory) MEMORY=true ;;
+*) echo "usage: test/leases.sh [table|memory]" >&2; exit 2 ;;
+esac
+DB=tb_leases_$KIND
 WORK=$(mktemp -d)
 trap 'for fd in ${FDS:-}; do eval "exec $fd>&-"; done; kill $(cat "$WORK"/*.pid 2>/dev/null) $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; dropdb --if-exists "$DB" >/dev/null 2>&1 || true' EXIT
 
@@ -33,6 +40,9 @@ SECONDS_64=${LEASE_SECONDS:-30}
 WAKE=200	# ms from a release (or a ttl's end) to the waiter's grant
 
 source "$(dirname "$0")/checks.sh"
+# every check names the kind of limit it ran on
+eval "$(declare -f check | sed '1s/check/check_any/')"
+check() { check_any "$KIND limits: $1" "$2"; }
 
 # session NAME: a psql kept open on the fifo $WORK/NAME.in, written to
 # with `say NAME SQL`; its pid in $WORK/NAME.pid
@@ -68,13 +78,13 @@ waiting() {
 }
 
 createdb "$DB"
-q >/dev/null <<'SQL'
+q -v memory="$MEMORY" >/dev/null <<'SQL'
 CREATE EXTENSION tokenbucket;
 -- what each waiter got: granted or not, how long it waited, when
 CREATE TABLE got (test text, granted boolean, waited interval, at timestamptz);
 -- when something was freed, by the server's clock
 CREATE TABLE freed (test text, at timestamptz);
-SELECT tb_create_limit(l, 3) FROM unnest('{k9,term,busy,xact,rel,ttl,fifo}'::text[]) AS l;
+SELECT tb_create_limit(l, 3, :memory) FROM unnest('{k9,term,busy,xact,rel,ttl,fifo}'::text[]) AS l;
 SQL
 
 # wait_for TEST LIMIT SLOTS HOLD: a session that waits (60 s at most) and
@@ -182,8 +192,8 @@ check "waiters are served in arrival order" \
 	 AND (SELECT bool_and(granted) FROM got WHERE test = 'fifo')"
 
 # 9-11: 64 sessions for LEASE_SECONDS on a limit of 3
-q >/dev/null <<'SQL'
-SELECT tb_create_limit('conc', 3);
+q -v memory="$MEMORY" >/dev/null <<'SQL'
+SELECT tb_create_limit('conc', 3, :memory);
 CREATE UNLOGGED TABLE spans (lease bigint, hold text, started timestamptz, ended timestamptz);
 SQL
 cat >"$WORK/session.sql" <<'SQL'

@@ -139,12 +139,16 @@ rc=0
 grep -v '^# \(WARNING\|pgbench\)' "$LOG"
 count_tap "$LOG" $rc
 
-for script in test/stress test/wait test/leases test/locks test/memory test/exporter \
-	proxy/test/proxy test/examples; do
+# SCRIPT or SCRIPT:ARGUMENT
+for entry in test/stress test/wait test/leases test/leases:memory test/locks test/memory \
+	test/exporter proxy/test/proxy test/examples; do
+	script=${entry%%:*}
+	arg=${entry#"$script"}
+	arg=${arg#:}
 	case " ${TB_SKIP:-} " in *" ${script##*/} "*) continue ;; esac
-	say "${script##*/} ($script.sh)"
+	say "${script##*/} ($script.sh${arg:+ $arg})"
 	rc=0
-	bash "$TOP/$script.sh" >"$LOG" 2>&1 || rc=$?
+	bash "$TOP/$script.sh" $arg >"$LOG" 2>&1 || rc=$?
 	cat "$LOG"
 	count_tap "$LOG" $rc
 done

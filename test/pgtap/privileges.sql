@@ -8,7 +8,7 @@
 -- succeeds ran none of them.
 --
 BEGIN;
-SELECT plan(45);
+SELECT plan(46);
 
 CREATE ROLE regress_tb_app;
 CREATE ROLE regress_tb_admin;
@@ -17,7 +17,7 @@ GRANT EXECUTE ON FUNCTION tb_create(text, float8, float8, interval, boolean),
 	tb_alter(text, float8, float8, interval), tb_reset(text), tb_drop(text)
 	TO regress_tb_admin;
 GRANT SELECT ON tb_status TO regress_tb_admin;
-GRANT EXECUTE ON FUNCTION tb_memory_buckets() TO regress_tb_admin;
+GRANT EXECUTE ON FUNCTION tb_memory_buckets(), tb_memory_leases() TO regress_tb_admin;
 -- the README's grant block for a worker that also settles and pauses
 GRANT EXECUTE ON FUNCTION tb_refund(text, float8), tb_settle(text, float8, float8),
 	tb_sync(text, float8), tb_pause(text, interval),
@@ -194,6 +194,8 @@ SELECT is(pg_temp.run_as('regress_tb_app', 'SELECT pg_temp.calls_restore()',
 	'after each call, a success or an error, the caller has its own role, search_path and enable_seqscan back');
 SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT count(*) FROM tb_memory_buckets()$$), '42501',
 	'tb_memory_buckets() is for those who may read tb_status');
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT count(*) FROM tb_memory_leases()$$), '42501',
+	'tb_memory_leases() is for those who may read tb_leases or tb_status');
 SELECT ok(has_function_privilege('regress_tb_app', 'tb_acquire(text)', 'EXECUTE'),
 	'PUBLIC may call tb_acquire(name)');
 SELECT ok(has_function_privilege('regress_tb_app', 'tb_acquire(text, float8)', 'EXECUTE'),

@@ -1,0 +1,194 @@
+/* tokenbucket--1.6--1.7.sql: memory limits, whose leases live in shared
+ * memory. */
+
+-- complain if script is sourced in psql, rather than via CREATE EXTENSION
+\echo Use "ALTER EXTENSION tokenbucket UPDATE TO '1.7'" to load this file. \quit
+
+--
+-- A limit kept in memory: its leases live in shared memory (the library
+-- preloaded), freed by their holder's transaction or session end, and all
+-- of them by a crash.  Its configuration stays a row, as a table limit's.
+--
+ALTER TABLE @extschema@.tb_limits ADD COLUMN memory boolean NOT NULL DEFAULT false;
+
+--
+-- tb_create_limit gains memory.  Replacing it drops the grants made on it,
+-- so they are saved first, as the statements that give them again.
+--
+WITH grants (step, stmt) AS (
+	SELECT 1, 'REVOKE ALL ON FUNCTION @extschema@.tb_create_limit(text, integer, boolean) FROM PUBLIC'
+	UNION ALL
+	SELECT 2, pg_catalog.format('GRANT EXECUTE ON FUNCTION @extschema@.tb_create_limit(text, integer, boolean) TO %s',
+		CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+			ELSE pg_catalog.quote_ident(r.rolname) END)
+	FROM pg_catalog.pg_proc AS p
+	CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS a
+	LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+	WHERE p.oid OPERATOR(pg_catalog.=) '@extschema@.tb_create_limit(text, integer)'::pg_catalog.regprocedure
+		AND a.grantee OPERATOR(pg_catalog.<>) p.proowner)
+SELECT pg_catalog.set_config('tokenbucket_upgrade.grants',
+	pg_catalog.string_agg(stmt, E'\n' ORDER BY step), false)
+FROM grants;
+
+DROP FUNCTION @extschema@.tb_create_limit(text, integer);
+
+CREATE FUNCTION @extschema@.tb_create_limit(name text, max_in_flight integer,
+	memory boolean DEFAULT false)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tb_create_limit'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION @extschema@.tb_create_limit(text, integer, boolean) IS
+	'a limit of at most max_in_flight slots leased at once (a name ending in * is a template); with memory, its leases live in shared memory';
+
+DO $$
+DECLARE
+	stmt text;
+BEGIN
+	FOREACH stmt IN ARRAY pg_catalog.string_to_array(
+		pg_catalog.current_setting('tokenbucket_upgrade.grants'), E'\n')
+	LOOP
+		EXECUTE stmt;
+	END LOOP;
+END $$;
+
+--
+-- The leases of memory limits held now, for the views below; each reader
+-- of a view needs it (see README, Privileges), and it checks that its
+-- caller may read one.
+--
+CREATE FUNCTION @extschema@.tb_memory_leases(OUT name text, OUT lease bigint,
+	OUT slots integer, OUT hold text, OUT holder oid, OUT pid integer,
+	OUT since timestamptz, OUT expires timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'tb_memory_leases'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED ROWS 100;
+
+COMMENT ON FUNCTION @extschema@.tb_memory_leases() IS
+	'every lease of a memory limit held now: its limit, id, slots, hold, holder role and pid, since when, and when its ttl ends';
+
+REVOKE ALL ON FUNCTION @extschema@.tb_memory_leases() FROM PUBLIC;
+
+CREATE OR REPLACE VIEW @extschema@.tb_leases AS
+SELECT s.name,
+	s.lease,
+	pg_catalog.count(*)::integer AS slots,
+	s.hold,
+	s.holder::pg_catalog.regrole AS holder,
+	s.pid,
+	s.since,
+	s.expires
+FROM @extschema@.tb_lease_slots AS s
+WHERE s.lease IS NOT NULL
+	AND (s.expires IS NULL OR s.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())
+	AND @extschema@.tb_holder_alive(s.pid, s.started, s.xid)
+GROUP BY s.name, s.lease, s.hold, s.holder, s.pid, s.since, s.expires
+UNION ALL
+SELECT m.name, m.lease, m.slots, m.hold, m.holder::pg_catalog.regrole, m.pid,
+	m.since, m.expires
+FROM @extschema@.tb_memory_leases() AS m;
+
+--
+-- tb_status: a memory limit's slots held are its memory leases'.
+--
+CREATE OR REPLACE VIEW @extschema@.tb_status AS
+WITH m AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_memory_buckets()
+), ml AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_memory_leases()
+), e AS (
+	SELECT @extschema@.tb_memory_empty_at() AS empty_at
+), b AS (
+	-- table buckets, and every template
+	SELECT b.name, b.capacity, b.refill_rate, b.deficit, b.updated_at,
+		b.paused_until, b.template, b.memory
+	FROM @extschema@.tb_buckets AS b
+	WHERE NOT b.memory OR b.name OPERATOR(pg_catalog.~~) '%*'
+	UNION ALL
+	-- named memory buckets: their state, or the state they would start with
+	SELECT b.name, b.capacity, b.refill_rate,
+		CASE WHEN m.name IS NOT NULL THEN m.deficit
+			WHEN e.empty_at OPERATOR(pg_catalog.=) '-infinity' THEN 0
+			ELSE b.capacity END,
+		CASE WHEN m.name IS NOT NULL THEN m.updated_at
+			WHEN e.empty_at OPERATOR(pg_catalog.=) '-infinity' THEN b.updated_at
+			ELSE e.empty_at END,
+		coalesce(m.paused_until, '-infinity'), NULL, true
+	FROM @extschema@.tb_buckets AS b
+	CROSS JOIN e
+	LEFT JOIN m ON m.name OPERATOR(pg_catalog.=) b.name
+	WHERE b.memory AND b.name OPERATOR(pg_catalog.!~~) '%*'
+	UNION ALL
+	-- buckets made from memory templates
+	SELECT m.name, m.capacity, m.refill_rate, m.deficit, m.updated_at,
+		m.paused_until, m.template, true
+	FROM m
+	WHERE m.template IS NOT NULL
+)
+SELECT b.name,
+	b.capacity,
+	b.refill_rate,
+	s.tokens,
+	@extschema@.tb_full_at(b.capacity, b.refill_rate, b.deficit, b.updated_at) AS full_at,
+	CASE WHEN b.paused_until OPERATOR(pg_catalog.>) s.at THEN b.paused_until END AS paused_until,
+	GREATEST(0, OPERATOR(pg_catalog.-) s.tokens) AS debt,
+	b.template,
+	b.name OPERATOR(pg_catalog.~~) '%*' AS is_template,
+	b.memory,
+	NULL::integer AS max_in_flight,
+	NULL::integer AS in_flight
+FROM b,
+	LATERAL (SELECT @extschema@.tb_tokens(b.capacity, b.refill_rate, b.deficit,
+			b.updated_at, c.at) AS tokens, c.at
+		FROM (SELECT pg_catalog.clock_timestamp() AS at) AS c) AS s
+UNION ALL
+SELECT l.name, NULL, NULL, NULL, NULL, NULL, NULL, l.template,
+	l.name OPERATOR(pg_catalog.~~) '%*', l.memory, l.max_in_flight,
+	CASE WHEN l.memory THEN
+		coalesce((SELECT pg_catalog.sum(h.slots) FROM ml AS h
+			WHERE h.name OPERATOR(pg_catalog.=) l.name), 0)::integer
+	ELSE
+		(SELECT pg_catalog.count(*) FROM @extschema@.tb_lease_slots AS h
+			WHERE h.name OPERATOR(pg_catalog.=) l.name AND h.lease IS NOT NULL
+				AND (h.expires IS NULL OR h.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())
+				AND @extschema@.tb_holder_alive(h.pid, h.started, h.xid))::integer
+	END
+FROM (
+	-- limits and templates of limits
+	SELECT n.name, NULL::text AS template, n.max_in_flight, n.memory
+	FROM @extschema@.tb_limits AS n
+	UNION ALL
+	-- names templates made, with their template's settings
+	SELECT k.name, t.name, t.max_in_flight, t.memory
+	FROM (SELECT DISTINCT s.name FROM @extschema@.tb_lease_slots AS s
+		UNION SELECT h.name FROM ml AS h) AS k
+	CROSS JOIN LATERAL (
+		SELECT t.name, t.max_in_flight, t.memory FROM @extschema@.tb_limits AS t
+		WHERE t.name OPERATOR(pg_catalog.~~) '%*'
+			AND pg_catalog.starts_with(k.name, pg_catalog.left(t.name, -1))
+		ORDER BY pg_catalog.octet_length(t.name) DESC LIMIT 1) AS t
+	WHERE NOT EXISTS (SELECT FROM @extschema@.tb_limits AS o
+		WHERE o.name OPERATOR(pg_catalog.=) k.name)
+) AS l;
+
+-- whoever may read tb_leases, tb_status or tb_stats (over tb_status) may
+-- call what they are built on now
+DO $$
+DECLARE
+	grantee text;
+BEGIN
+	FOR grantee IN
+		SELECT DISTINCT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+			ELSE pg_catalog.quote_ident(r.rolname) END
+		FROM pg_catalog.pg_class AS c
+		CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) AS a
+		LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+		WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY['@extschema@.tb_leases'::pg_catalog.regclass,
+				'@extschema@.tb_status'::pg_catalog.regclass, '@extschema@.tb_stats'::pg_catalog.regclass])
+			AND a.privilege_type OPERATOR(pg_catalog.=) 'SELECT'
+			AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+	LOOP
+		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION @extschema@.tb_memory_leases() TO %s',
+			grantee);
+	END LOOP;
+END $$;

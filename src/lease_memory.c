@@ -1,0 +1,874 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease_memory.c
+ *	  Memory limits: leases kept in shared memory, freed by their holder's
+ *	  transaction or session end, emptied by a crash.
+ *
+ * A limit whose row says memory => true keeps its leases here, not in
+ * tb_lease_slots: a lease is a record of a fixed array, on the list of
+ * its limit's entry, which counts the slots held.  An entry exists only
+ * while it holds leases, so the names a template makes cost nothing once
+ * their leases are gone, and nothing needs purging.
+ *
+ * A lease is freed:
+ *	- by tb_release(), when the releasing transaction commits; until then
+ *	  its slots are free for that transaction and held for every other,
+ *	  as a table lease's row is until the UPDATE that released it commits;
+ *	- with hold => 'transaction', when its transaction ends;
+ *	- when the (sub)transaction that took it aborts, whatever its hold,
+ *	  as a table lease's row goes with it;
+ *	- when its session ends (before_shmem_exit: however it ends, a client
+ *	  gone, pg_terminate_backend, FATAL), all its holder's leases;
+ *	- when its ttl has passed, or its holder's backend is no longer there,
+ *	  counted free the moment a lease finds the limit full;
+ *	- by a crash, which makes shared memory anew: all of them.  Nothing is
+ *	  saved at a clean shutdown either: no holder outlives its server.
+ *
+ * One LWLock guards it all: a lease or a release holds it for a few dozen
+ * instructions.  The configuration (max_in_flight) is not kept here: the
+ * caller reads it, committed, at each lease (lease.c), and a generation
+ * counter, bumped whenever limits are forgotten, makes a lease that read
+ * a configuration before a committed tb_drop read it again.
+ *
+ * Lease ids are below zero (table leases' above): minus a sequence's value
+ * times 2^20 plus the record's index, above -2^53.
+ *
+ * src/lease_memory.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "common.h"
+#include "lease_memory.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "shmem.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/procarray.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "wait.h"
+
+/* A lease id: -(seq * 2^INDEX_BITS + index), seq of SEQ_BITS bits. */
+#define INDEX_BITS	20
+#define SEQ_BITS	32
+#define MAX_LEASES	((1 << INDEX_BITS) - 1)
+
+/* A limit holding leases: the hash's entry. */
+typedef struct LimitEntry
+{
+	SharedKey	key;			/* the installation and the name */
+	int32		held;			/* slots of its leases, released ones not yet
+								 * committed included */
+	int			template_len;	/* the template it was first made from */
+	int			first;			/* its first lease, or -1 */
+} LimitEntry;
+
+/* A lease: a record of the array, on its limit's list or the free list. */
+typedef struct MemoryLease
+{
+	int64		id;				/* 0: free */
+	LimitEntry *limit;
+	int32		slots;
+	bool		session;		/* hold => 'session' */
+	int			releaser;		/* the backend whose transaction released it,
+								 * not ended yet (0: none): free for that
+								 * transaction, held for every other */
+	int			pid;			/* the holder's backend */
+	TimestampTz started;		/* and its start */
+	Oid			holder;			/* the role */
+	TimestampTz since;
+	TimestampTz expires;		/* DT_NOEND: no ttl */
+	int			prev;
+	int			next;
+} MemoryLease;
+
+typedef struct LeaseShared
+{
+	LWLock	   *lock;
+	pg_atomic_uint64 generation;	/* forgets, counted */
+	uint64		seq;			/* ids made */
+	int			free;			/* first free record, or -1 */
+	MemoryLease leases[FLEXIBLE_ARRAY_MEMBER];
+} LeaseShared;
+
+static int	max_memory_leases = 10000;
+static LeaseShared *lease_shared = NULL;
+static HTAB *limit_hash = NULL;
+
+/*
+ * What this transaction did to memory leases: took them, or released
+ * them, in subtransaction "subid" (in TopTransactionContext).
+ */
+typedef struct LocalLease
+{
+	int64		id;
+	bool		session;
+	bool		release;		/* a release (else a lease taken) */
+	SubTransactionId subid;
+} LocalLease;
+
+static List *xact_leases = NIL;
+
+/* Limits to forget when this transaction commits (tb_drop, DROP EXTENSION). */
+typedef struct Forget
+{
+	Oid			dbid;
+	Oid			relid;			/* InvalidOid: every installation of dbid */
+	char	   *name;			/* NULL: every limit */
+	int			len;
+	bool		template;
+	SubTransactionId subid;		/* the subtransaction that asked */
+} Forget;
+
+static List *forgets = NIL;
+
+static bool callbacks_registered = false;
+static bool leased_here = false;	/* this session took a memory lease */
+static object_access_hook_type prev_object_access_hook = NULL;
+
+/* The record of lease "id", or -1 when it cannot be one. */
+static int
+index_of(int64 id)
+{
+	int			index;
+
+	if (id >= 0 || lease_shared == NULL)
+		return -1;
+	index = (int) ((uint64) -id & MAX_LEASES);
+	return index < max_memory_leases ? index : -1;
+}
+
+/* SharedArea size: the struct with its records, and the hash. */
+static Size
+lease_shmem_size(void)
+{
+	return add_size(add_size(offsetof(LeaseShared, leases),
+							 mul_size(max_memory_leases, sizeof(MemoryLease))),
+					shmem_hash_size(max_memory_leases, sizeof(LimitEntry)));
+}
+
+/* SharedArea locks: one. */
+static int
+lease_shmem_locks(void)
+{
+	return 1;
+}
+
+/* SharedArea attach: the struct and the hash, every record free. */
+static void
+lease_attach(LWLockPadded *locks)
+{
+	bool		found;
+
+	lease_shared = shmem_struct("tokenbucket leases",
+								add_size(offsetof(LeaseShared, leases),
+										 mul_size(max_memory_leases, sizeof(MemoryLease))),
+								&found);
+	limit_hash = shmem_hash("tokenbucket limits", max_memory_leases, sizeof(SharedKey),
+							sizeof(LimitEntry), shared_key_hash, shared_key_match, 0);
+	if (found)
+		return;
+	lease_shared->lock = &locks[0].lock;
+	pg_atomic_init_u64(&lease_shared->generation, 0);
+	lease_shared->seq = 0;
+	for (int i = 0; i < max_memory_leases; i++)
+	{
+		lease_shared->leases[i].id = 0;
+		lease_shared->leases[i].next = i + 1 < max_memory_leases ? i + 1 : -1;
+	}
+	lease_shared->free = 0;
+}
+
+static const SharedArea lease_area = {
+	.name = "tokenbucket leases",
+	.size = lease_shmem_size,
+	.nlocks = lease_shmem_locks,
+	.attach = lease_attach,
+};
+
+/* Fail unless memory limits can be used here: preloaded, on a primary. */
+void
+lease_memory_require(void)
+{
+	if (lease_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("memory limits need tokenbucket in shared_preload_libraries"),
+				 errdetail("Their leases live in shared memory, which is set aside when the server starts."),
+				 errhint("Add shared_preload_libraries = 'tokenbucket' to postgresql.conf and restart the server.")));
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot lease from memory limits on a standby"),
+				 errdetail("A memory limit's leases live in the shared memory of the primary, and only there."),
+				 errhint("Call the tb_* functions on the primary.")));
+}
+
+/* The longest name a memory limit (or a name its template makes) may have. */
+int
+lease_memory_name_max(void)
+{
+	return SHARED_NAME_MAX_BYTES;
+}
+
+/* Limits forgotten so far; a lease passes what it read before its configuration. */
+uint64
+lease_memory_generation(void)
+{
+	return lease_shared ? pg_atomic_read_u64(&lease_shared->generation) : 0;
+}
+
+/*
+ * Whether the holder of "lease" is gone: its backend is not there (a pid
+ * alone could be a later backend's, which frees its own at exit).
+ */
+static bool
+holder_gone(const MemoryLease *lease)
+{
+	if (lease->pid == MyProcPid)
+		return lease->started != MyStartTimestamp;
+	return BackendPidGetProc(lease->pid) == NULL;
+}
+
+/* Whether "lease" holds its slots at "now" (for anyone but its releaser). */
+static bool
+lease_held(const MemoryLease *lease, TimestampTz now)
+{
+	return lease->id != 0 && lease->expires > now && !holder_gone(lease);
+}
+
+/* Whether "lease" holds its slots at "now" as this backend sees it. */
+static bool
+lease_held_here(const MemoryLease *lease, TimestampTz now)
+{
+	return lease_held(lease, now) && lease->releaser != MyProcPid;
+}
+
+/* Names whose waiters to wake once the lock is released. */
+typedef struct WakeList
+{
+	SharedKey  *names;
+	int			n;
+	int			max;
+} WakeList;
+
+/* Add the name of "limit" to "wake" (this database's only: its queues). */
+static void
+wake_add(WakeList *wake, const LimitEntry *limit)
+{
+	if (wake == NULL || limit->key.dbid != MyDatabaseId)
+		return;
+	for (int i = 0; i < wake->n; i++)
+		if (shared_key_match(&wake->names[i], &limit->key, sizeof(SharedKey)) == 0)
+			return;
+	if (wake->n == wake->max)
+	{
+		wake->max = Max(8, wake->max * 2);
+		wake->names = wake->names ?
+			repalloc(wake->names, sizeof(SharedKey) * wake->max) :
+			palloc(sizeof(SharedKey) * wake->max);
+	}
+	wake->names[wake->n++] = limit->key;
+}
+
+/* Wake the queue of every name in "wake" (the lock released). */
+static void
+wake_all(WakeList *wake)
+{
+	for (int i = 0; i < wake->n; i++)
+		wait_wake_limit(wake->names[i].name, wake->names[i].len);
+	if (wake->names)
+		pfree(wake->names);
+}
+
+/*
+ * Free record "index" (under the exclusive lock): off its limit's list,
+ * its slots back; with "remove", the entry gone with its last lease.
+ */
+static void
+free_record(int index, WakeList *wake, bool remove)
+{
+	MemoryLease *lease = &lease_shared->leases[index];
+	LimitEntry *limit = lease->limit;
+
+	if (lease->prev >= 0)
+		lease_shared->leases[lease->prev].next = lease->next;
+	else
+		limit->first = lease->next;
+	if (lease->next >= 0)
+		lease_shared->leases[lease->next].prev = lease->prev;
+	limit->held -= lease->slots;
+	wake_add(wake, limit);
+	if (remove && limit->first < 0)
+		(void) hash_search(limit_hash, &limit->key, HASH_REMOVE, NULL);
+	lease->id = 0;
+	lease->limit = NULL;
+	lease->next = lease_shared->free;
+	lease_shared->free = index;
+}
+
+/* Free lease "id" if it is still there (under the exclusive lock). */
+static void
+free_id(int64 id, WakeList *wake)
+{
+	int			index = index_of(id);
+
+	if (index >= 0 && lease_shared->leases[index].id == id)
+		free_record(index, wake, true);
+}
+
+/*
+ * Free the leases of "limit" no longer held: ttl passed, holder gone
+ * (under the exclusive lock).  The entry stays, maybe empty.
+ */
+static void
+sweep(LimitEntry *limit, TimestampTz now)
+{
+	int			index = limit->first;
+
+	while (index >= 0)
+	{
+		MemoryLease *lease = &lease_shared->leases[index];
+		int			next = lease->next;
+
+		if (lease->releaser == 0 && !lease_held(lease, now))
+			free_record(index, NULL, false);
+		index = next;
+	}
+}
+
+/* When the first ttl among the leases of "limit" passes (DT_NOEND: none). */
+static TimestampTz
+first_expiry(const LimitEntry *limit)
+{
+	TimestampTz first = DT_NOEND;
+
+	for (int index = limit->first; index >= 0; index = lease_shared->leases[index].next)
+		first = Min(first, lease_shared->leases[index].expires);
+	return first;
+}
+
+/* The slots of the leases of "limit" this backend's transaction released. */
+static int32
+released_here(const LimitEntry *limit)
+{
+	int32		slots = 0;
+
+	for (int index = limit->first; index >= 0; index = lease_shared->leases[index].next)
+		if (lease_shared->leases[index].releaser == MyProcPid)
+			slots += lease_shared->leases[index].slots;
+	return slots;
+}
+
+/*
+ * Whether ask->slots more fit in "limit", with "released" of its slots
+ * free for this transaction: within max_in_flight, and with ask->reserve
+ * of it left free afterwards.
+ */
+static bool
+fits(const LimitEntry *limit, const MemoryLeaseAsk *ask, int32 released)
+{
+	int64		after = (int64) limit->held - released + ask->slots;
+
+	return after <= ask->max_in_flight &&
+		(double) (ask->max_in_flight - after) >= ask->reserve * ask->max_in_flight;
+}
+
+/* Whether "forget" takes limit entry "limit". */
+static bool
+forget_takes(const Forget *forget, const LimitEntry *limit)
+{
+	const SharedKey *k = &limit->key;
+
+	if (k->dbid != forget->dbid ||
+		(OidIsValid(forget->relid) && k->relid != forget->relid))
+		return false;
+	if (forget->name == NULL)
+		return true;
+	if (forget->template)
+		return limit->template_len == forget->len + 1 && k->len >= forget->len &&
+			memcmp(k->name, forget->name, forget->len) == 0;
+	return k->len == forget->len && memcmp(k->name, forget->name, forget->len) == 0;
+}
+
+/* Whether this transaction forgets limit entry "limit" when it commits. */
+static bool
+forgotten_here(const LimitEntry *limit)
+{
+	ListCell   *cell;
+
+	foreach(cell, forgets)
+		if (forget_takes(lfirst(cell), limit))
+			return true;
+	return false;
+}
+
+/* Apply the forgets of the committed transaction (under the exclusive lock). */
+static void
+apply_forgets(WakeList *wake)
+{
+	HASH_SEQ_STATUS status;
+	LimitEntry *limit;
+	List	   *gone = NIL;
+	ListCell   *cell;
+
+	hash_seq_init(&status, limit_hash);
+	while ((limit = hash_seq_search(&status)) != NULL)
+		if (forgotten_here(limit))
+			gone = lappend(gone, limit);
+	/* the hash changes only once the walk is over */
+	foreach(cell, gone)
+	{
+		limit = lfirst(cell);
+		while (limit->first >= 0)
+			free_record(limit->first, wake, true);
+	}
+	list_free(gone);
+	pg_atomic_fetch_add_u64(&lease_shared->generation, 1);
+}
+
+/*
+ * The end of (sub)transaction "subid" (invalid: of the whole one), with
+ * "parent" taking what a committed subtransaction did.
+ */
+static void
+end_of_xact(SubTransactionId subid, SubTransactionId parent, bool commit)
+{
+	WakeList	wake = {0};
+	ListCell   *cell;
+	bool		top = subid == InvalidSubTransactionId;
+
+	if (lease_shared == NULL || (xact_leases == NIL && (forgets == NIL || !commit)))
+		return;
+	if (commit && !top)
+	{
+		foreach(cell, xact_leases)
+		{
+			LocalLease *local = lfirst(cell);
+
+			if (local->subid == subid)
+				local->subid = parent;
+		}
+		return;
+	}
+	LWLockAcquire(lease_shared->lock, LW_EXCLUSIVE);
+	foreach(cell, xact_leases)
+	{
+		LocalLease *local = lfirst(cell);
+		int			index = index_of(local->id);
+
+		if (local->id == 0 || (!top && local->subid != subid))
+			continue;
+		if (local->release)
+		{
+			if (commit)
+				free_id(local->id, &wake);
+			else if (index >= 0 && lease_shared->leases[index].id == local->id)
+				lease_shared->leases[index].releaser = 0;
+		}
+		else if (!commit || !local->session)
+			free_id(local->id, &wake);
+		if (!top)
+			xact_leases = foreach_delete_current(xact_leases, cell);
+	}
+	if (top && commit && forgets != NIL)
+		apply_forgets(&wake);
+	LWLockRelease(lease_shared->lock);
+	wake_all(&wake);
+}
+
+/* XactCallback: see end_of_xact(); a prepared transaction cannot hold them. */
+static void
+lease_memory_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (xact_leases != NIL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that leased from or released to memory limits"),
+						 errdetail("A memory lease belongs to a session or transaction, which a prepared transaction outlives.")));
+			return;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			end_of_xact(InvalidSubTransactionId, InvalidSubTransactionId, true);
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			end_of_xact(InvalidSubTransactionId, InvalidSubTransactionId, false);
+			break;
+		default:
+			return;
+	}
+	xact_leases = NIL;
+	forgets = NIL;
+}
+
+/* SubXactCallback: see end_of_xact(); a forget goes with its subtransaction. */
+static void
+lease_memory_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+							  SubTransactionId parentSubid, void *arg)
+{
+	ListCell   *cell;
+
+	if (event != SUBXACT_EVENT_COMMIT_SUB && event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	end_of_xact(mySubid, parentSubid, event == SUBXACT_EVENT_COMMIT_SUB);
+	foreach(cell, forgets)
+	{
+		Forget	   *forget = lfirst(cell);
+
+		if (forget->subid != mySubid)
+			continue;
+		if (event == SUBXACT_EVENT_COMMIT_SUB)
+			forget->subid = parentSubid;
+		else
+			forgets = foreach_delete_current(forgets, cell);
+	}
+}
+
+/*
+ * Session end, however it comes (before ShutdownPostgres aborts an open
+ * transaction): every lease this backend holds is freed.
+ */
+static void
+lease_memory_exit(int code, Datum arg)
+{
+	WakeList	wake = {0};
+
+	if (lease_shared == NULL || !leased_here)
+		return;
+	LWLockAcquire(lease_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < max_memory_leases; i++)
+	{
+		MemoryLease *lease = &lease_shared->leases[i];
+
+		if (lease->id != 0 && lease->pid == MyProcPid && lease->started == MyStartTimestamp)
+			free_record(i, &wake, true);
+	}
+	LWLockRelease(lease_shared->lock);
+	xact_leases = NIL;
+	wake_all(&wake);
+}
+
+/* Register the callbacks above, once per backend. */
+static void
+register_callbacks(void)
+{
+	if (callbacks_registered)
+		return;
+	RegisterXactCallback(lease_memory_xact_callback, NULL);
+	RegisterSubXactCallback(lease_memory_subxact_callback, NULL);
+	before_shmem_exit(lease_memory_exit, 0);
+	callbacks_registered = true;
+}
+
+/* A record of what this transaction does, on its list (id 0 until done). */
+static LocalLease *
+local_add(bool session, bool release)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	LocalLease *local = palloc(sizeof(LocalLease));
+
+	local->id = 0;
+	local->session = session;
+	local->release = release;
+	local->subid = GetCurrentSubTransactionId();
+	xact_leases = lappend(xact_leases, local);
+	MemoryContextSwitchTo(old);
+	return local;
+}
+
+/* Fail: no room for one more lease. */
+static void
+report_no_room(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OUT_OF_MEMORY),
+			 errmsg("no room for another memory lease"),
+			 errdetail("All %d memory leases the server keeps are held.", max_memory_leases),
+			 errhint("Raise tokenbucket.max_memory_leases and restart the server.")));
+}
+
+/*
+ * Lease ask->slots of memory limit ask->name at "now": granted (the id
+ * in *lease), the limit full (*ready: when its first ttl passes), or
+ * stale (a limit was dropped since ask->generation: look it up again).
+ * Expired leases and those of holders gone are freed when it is full.
+ */
+MemoryLeaseTaken
+lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
+				  TimestampTz *ready)
+{
+	SharedKey	key;
+	LimitEntry *limit;
+	LocalLease *local;
+	MemoryLease *record;
+	bool		found;
+	int			index;
+	int64		id;
+	int32		released = 0;
+
+	lease_memory_require();
+	if (!shared_key_text(&key, ask->relid, ask->name))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("memory limit name must be 1 to %d bytes long, not %zu",
+						SHARED_NAME_MAX_BYTES, VARSIZE_ANY_EXHDR(ask->name)),
+				 errdetail("A memory limit's name is kept in shared memory, in a fixed space.")));
+	register_callbacks();
+	leased_here = true;
+	local = local_add(ask->session, false);
+
+	LWLockAcquire(lease_shared->lock, LW_EXCLUSIVE);
+	if (pg_atomic_read_u64(&lease_shared->generation) != ask->generation)
+	{
+		LWLockRelease(lease_shared->lock);
+		xact_leases = list_delete_last(xact_leases);
+		return MEMORY_LEASE_STALE;
+	}
+	limit = hash_search(limit_hash, &key, HASH_ENTER_NULL, &found);
+	if (limit == NULL)
+	{
+		LWLockRelease(lease_shared->lock);
+		report_no_room();
+	}
+	if (!found)
+	{
+		limit->held = 0;
+		limit->template_len = ask->template_len;
+		limit->first = -1;
+	}
+	if (!fits(limit, ask, 0))
+	{
+		sweep(limit, now);
+		released = released_here(limit);
+	}
+	index = lease_shared->free;
+	if (!fits(limit, ask, released) || index < 0)
+	{
+		*ready = first_expiry(limit);
+		if (limit->first < 0)
+			(void) hash_search(limit_hash, &key, HASH_REMOVE, NULL);
+		LWLockRelease(lease_shared->lock);
+		xact_leases = list_delete_last(xact_leases);
+		if (index < 0)
+			report_no_room();
+		return MEMORY_LEASE_FULL;
+	}
+	record = &lease_shared->leases[index];
+	lease_shared->free = record->next;
+	lease_shared->seq = (lease_shared->seq + 1) & ((UINT64CONST(1) << SEQ_BITS) - 1);
+	id = -(int64) (((lease_shared->seq + 1) << INDEX_BITS) | (uint64) index);
+	record->id = id;
+	record->limit = limit;
+	record->slots = ask->slots;
+	record->session = ask->session;
+	record->releaser = 0;
+	record->pid = MyProcPid;
+	record->started = MyStartTimestamp;
+	record->holder = ask->holder;
+	record->since = now;
+	record->expires = ask->ttl_usecs > 0 ?
+		timestamp_saturate((double) now + ask->ttl_usecs) : DT_NOEND;
+	record->prev = -1;
+	record->next = limit->first;
+	if (limit->first >= 0)
+		lease_shared->leases[limit->first].prev = index;
+	limit->first = index;
+	limit->held += ask->slots;
+	LWLockRelease(lease_shared->lock);
+
+	local->id = id;
+	*lease = id;
+	return MEMORY_LEASE_GRANTED;
+}
+
+/*
+ * Release memory lease "id" of installation "relid" for role "caller"
+ * ("owner": who may release any): freed when the transaction commits.
+ * *limit is its limit's name, when it is held.
+ */
+MemoryLeaseReleased
+lease_memory_release(Oid relid, int64 id, Oid caller, bool owner, TimestampTz now,
+					 char **limit)
+{
+	int			index = index_of(id);
+	MemoryLease *record;
+	Oid			holder = InvalidOid;
+	bool		held = false;
+	LocalLease *local;
+
+	if (index < 0)
+		return MEMORY_RELEASE_NONE;
+	record = &lease_shared->leases[index];
+	LWLockAcquire(lease_shared->lock, LW_SHARED);
+	if (record->id == id && record->releaser == 0 && lease_held(record, now) &&
+		record->limit->key.dbid == MyDatabaseId && record->limit->key.relid == relid &&
+		!forgotten_here(record->limit))
+	{
+		held = true;
+		holder = record->holder;
+		*limit = pnstrdup(record->limit->key.name, record->limit->key.len);
+	}
+	LWLockRelease(lease_shared->lock);
+	if (!held)
+		return MEMORY_RELEASE_NONE;
+	if (!owner && holder != caller && !has_privs_of_role(caller, holder))
+		return MEMORY_RELEASE_DENIED;
+
+	register_callbacks();
+	local = local_add(false, true);
+	LWLockAcquire(lease_shared->lock, LW_EXCLUSIVE);
+	held = record->id == id && record->releaser == 0;
+	if (held)
+		record->releaser = MyProcPid;
+	LWLockRelease(lease_shared->lock);
+	if (!held)
+	{
+		xact_leases = list_delete_last(xact_leases);
+		return MEMORY_RELEASE_NONE;
+	}
+	local->id = id;
+	return MEMORY_RELEASE_FREED;
+}
+
+/*
+ * When the transaction commits, forget the memory leases of installation
+ * "relid" of database "dbid" (InvalidOid: all of them): of limit "name",
+ * of the names template "name" made, or (NULL) of every limit.  Their
+ * holders' tb_release() then frees nothing.
+ */
+void
+lease_memory_forget(Oid dbid, Oid relid, text *name)
+{
+	MemoryContext old;
+	Forget	   *forget;
+
+	if (lease_shared == NULL)
+		return;
+	register_callbacks();
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	forget = palloc0(sizeof(Forget));
+	forget->dbid = dbid;
+	forget->relid = relid;
+	forget->subid = GetCurrentSubTransactionId();
+	if (name != NULL)
+	{
+		forget->template = is_template_name(name);
+		forget->len = VARSIZE_ANY_EXHDR(name) - (forget->template ? 1 : 0);
+		forget->name = pnstrdup(VARDATA_ANY(name), forget->len);
+	}
+	forgets = lappend(forgets, forget);
+	MemoryContextSwitchTo(old);
+}
+
+/* A lease copied out for listing. */
+typedef struct ListedLease
+{
+	SharedKey	name;
+	MemoryLease lease;
+} ListedLease;
+
+PG_FUNCTION_INFO_V1(tb_memory_leases);
+
+/*
+ * tb_memory_leases(): every memory lease of this installation held now
+ * (name, lease, slots, hold, holder, pid, since, expires), copied under
+ * the lock.  Empty without the library preloaded.
+ */
+Datum
+tb_memory_leases(PG_FUNCTION_ARGS)
+{
+	static const char *const views[] = {"tb_leases", "tb_status", "tb_stats", NULL};
+	TupleDesc	desc;
+	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
+	Oid			relid;
+	TimestampTz now = GetCurrentTimestamp();
+	ListedLease *rows;
+	int			n = 0;
+
+	check_may_read(fcinfo, "tb_memory_leases()", views);
+	if (lease_shared == NULL)
+		return (Datum) 0;
+	relid = installation_table(fcinfo);
+	rows = palloc(sizeof(ListedLease) * max_memory_leases);
+	LWLockAcquire(lease_shared->lock, LW_SHARED);
+	for (int i = 0; i < max_memory_leases; i++)
+	{
+		MemoryLease *lease = &lease_shared->leases[i];
+
+		if (lease->id == 0 || lease->limit->key.dbid != MyDatabaseId ||
+			lease->limit->key.relid != relid || !lease_held_here(lease, now) ||
+			forgotten_here(lease->limit))
+			continue;
+		rows[n].name = lease->limit->key;
+		rows[n].lease = *lease;
+		n++;
+	}
+	LWLockRelease(lease_shared->lock);
+
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[8];
+		bool		nulls[8] = {0};
+		const MemoryLease *lease = &rows[i].lease;
+
+		values[0] = PointerGetDatum(cstring_to_text_with_len(rows[i].name.name, rows[i].name.len));
+		values[1] = Int64GetDatum(lease->id);
+		values[2] = Int32GetDatum(lease->slots);
+		values[3] = CStringGetTextDatum(lease->session ? "session" : "transaction");
+		values[4] = ObjectIdGetDatum(lease->holder);
+		values[5] = Int32GetDatum(lease->pid);
+		values[6] = TimestampTzGetDatum(lease->since);
+		values[7] = TimestampTzGetDatum(lease->expires);
+		nulls[7] = lease->expires == DT_NOEND;
+		tuplestore_putvalues(store, desc, values, nulls);
+	}
+	pfree(rows);
+	return (Datum) 0;
+}
+
+/*
+ * object_access_hook: an installation or a database dropped takes its
+ * memory leases with it, when the dropping transaction commits.
+ */
+static void
+object_dropped(ObjectAccessType access, Oid classId, Oid objectId, int subId,
+			   void *arg)
+{
+	Oid			dbid;
+	Oid			relid;
+
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+	if (installation_dropped(access, classId, objectId, subId, &dbid, &relid))
+		lease_memory_forget(dbid, relid, NULL);
+}
+
+/* Library load: the setting and the shared memory, when preloading. */
+void
+lease_memory_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	DefineCustomIntVariable("tokenbucket.max_memory_leases",
+							"Most leases of memory limits held at once.",
+							"Each takes shared memory from the start.",
+							&max_memory_leases,
+							10000, 16, MAX_LEASES,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+	shmem_register(&lease_area);
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = object_dropped;
+}
