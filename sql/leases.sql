@@ -151,6 +151,26 @@ SELECT tb_lease_all('ai:inflight', '{ai:rpm}', slots => 3);
 SELECT tb_lease_all(NULL, '{ai:rpm}') IS NULL AS n1, tb_lease_all('ai:inflight', NULL) IS NULL AS n2;
 SELECT tb_drop('ai:inflight'), tb_drop('ai:rpm'), tb_drop('ai:tpm');
 
+-- counters: a row per limit in tb_stats (leases, their slots, refusals,
+-- and the slots freed by a release, by their holder's end, by their ttl)
+SELECT tb_create_limit('cnt', 2, :memory);
+SELECT tb_lease('cnt') AS c1 \gset
+SELECT tb_lease('cnt', 1, ttl => '1 millisecond') IS NOT NULL AS ttl, tb_lease('cnt') IS NULL AS refused;
+SELECT tb_release(:c1);
+SELECT pg_sleep(0.01);
+-- takes over the slot whose ttl passed, and ends with its transaction
+BEGIN;
+SELECT tb_lease('cnt', 2, 'transaction') IS NOT NULL AS granted;
+COMMIT;
+SELECT tb_lease('cnt', 2) AS c2 \gset
+SELECT tb_release(:c2);
+SELECT name, memory, granted AS leases, granted_tokens AS slots, denied AS refused,
+       released, ended, expired, in_flight, max_in_flight, capacity, tokens
+FROM tb_stats WHERE name = 'cnt';
+SELECT tb_stats_reset('cnt');
+SELECT granted AS leases, released FROM tb_stats WHERE name = 'cnt';
+SELECT tb_drop('cnt');
+
 -- errors
 SELECT tb_create_limit('api', 2, :memory);
 SELECT tb_create_limit('api', 5, :memory);

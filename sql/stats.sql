@@ -130,7 +130,8 @@ CREATE ROLE regress_tb_templates_only;
 GRANT USAGE ON SCHEMA public TO regress_tb_monitor, regress_tb_stats_app, regress_tb_templates_only;
 GRANT SELECT ON tb_stats, tb_template_stats TO regress_tb_monitor;
 GRANT EXECUTE ON FUNCTION tb_memory_buckets(), tb_memory_leases(), tb_stats_counters(),
-	tb_memory_counters(), tb_template_counters(), tb_memory_templates() TO regress_tb_monitor;
+	tb_memory_counters(), tb_template_counters(), tb_memory_templates(),
+	tb_limit_counters() TO regress_tb_monitor;
 -- one that may read only the templates' counters reads no key's name
 GRANT SELECT ON tb_template_stats TO regress_tb_templates_only;
 GRANT EXECUTE ON FUNCTION tb_template_counters(), tb_memory_templates() TO regress_tb_templates_only;

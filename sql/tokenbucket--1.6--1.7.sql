@@ -171,6 +171,101 @@ FROM (
 		WHERE o.name OPERATOR(pg_catalog.=) k.name)
 ) AS l;
 
+--
+-- Counters of limits: leases granted and refused, lease waits, and the
+-- slots freed by tb_release, by their holder's end, by their ttl.  Kept
+-- under the installation's tb_limits, apart from its buckets' (a limit
+-- and a bucket may share a name).
+--
+CREATE FUNCTION @extschema@.tb_limit_counters(OUT name text, OUT granted bigint,
+	OUT slots bigint, OUT refused bigint, OUT waited bigint, OUT wait_seconds float8,
+	OUT timeouts bigint, OUT cancelled bigint, OUT released bigint, OUT ended bigint,
+	OUT expired bigint, OUT since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'tb_limit_counters'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED ROWS 100;
+
+COMMENT ON FUNCTION @extschema@.tb_limit_counters() IS
+	'the counters of every limit, limit template and name a limit template made that has them, and a row with a NULL name whose since holds for the others';
+
+REVOKE ALL ON FUNCTION @extschema@.tb_limit_counters() FROM PUBLIC;
+
+--
+-- tb_stats: a row per limit too (and per name a limit template made):
+-- granted, granted_tokens and denied count leases, their slots and the
+-- leases refused; released, ended and expired the slots freed each way;
+-- max_in_flight and in_flight as tb_status shows them.  Bucket rows have
+-- these NULL.
+--
+CREATE OR REPLACE VIEW @extschema@.tb_stats AS
+WITH c AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_stats_counters()
+	UNION ALL
+	SELECT * FROM @extschema@.tb_memory_counters()
+), l AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_limit_counters()
+), s AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_status AS s WHERE NOT s.is_template
+)
+SELECT s.name,
+	s.memory,
+	s.template,
+	s.capacity,
+	s.refill_rate,
+	coalesce(c.granted, 0) AS granted,
+	coalesce(c.granted_tokens, 0) AS granted_tokens,
+	coalesce(c.denied, 0) AS denied,
+	coalesce(c.waited, 0) AS waited,
+	coalesce(c.wait_seconds, 0) AS wait_seconds,
+	coalesce(c.timeouts, 0) AS timeouts,
+	coalesce(c.refunded_tokens, 0) AS refunded_tokens,
+	coalesce(c.pauses, 0) AS pauses,
+	coalesce(c.since, i.since) AS since,
+	s.tokens,
+	coalesce(c.cancelled, 0) AS cancelled,
+	NULL::integer AS max_in_flight,
+	NULL::integer AS in_flight,
+	NULL::bigint AS released,
+	NULL::bigint AS ended,
+	NULL::bigint AS expired
+FROM s
+CROSS JOIN (SELECT c.since FROM c WHERE c.name IS NULL) AS i
+LEFT JOIN c ON c.name OPERATOR(pg_catalog.=) CASE
+	WHEN pg_catalog.octet_length(s.name) OPERATOR(pg_catalog.<=) 128 THEN s.name
+	ELSE @extschema@.tb_stats_key(s.name) END
+WHERE s.max_in_flight IS NULL
+UNION ALL
+SELECT s.name,
+	s.memory,
+	s.template,
+	NULL,
+	NULL,
+	coalesce(l.granted, 0),
+	coalesce(l.slots, 0)::float8,
+	coalesce(l.refused, 0),
+	coalesce(l.waited, 0),
+	coalesce(l.wait_seconds, 0),
+	coalesce(l.timeouts, 0),
+	0::float8,
+	0::bigint,
+	coalesce(l.since, i.since),
+	NULL,
+	coalesce(l.cancelled, 0),
+	s.max_in_flight,
+	s.in_flight,
+	coalesce(l.released, 0),
+	coalesce(l.ended, 0),
+	coalesce(l.expired, 0)
+FROM s
+CROSS JOIN (SELECT l.since FROM l WHERE l.name IS NULL) AS i
+LEFT JOIN l ON l.name OPERATOR(pg_catalog.=) CASE
+	WHEN pg_catalog.octet_length(s.name) OPERATOR(pg_catalog.<=) 128 THEN s.name
+	ELSE @extschema@.tb_stats_key(s.name) END
+WHERE s.max_in_flight IS NOT NULL;
+
+COMMENT ON VIEW @extschema@.tb_stats IS
+	'each bucket''s and limit''s counters since the server started (kept across a clean restart) or tb_stats_reset, with its settings and what it holds now';
+
 -- whoever may read tb_leases, tb_status or tb_stats (over tb_status) may
 -- call what they are built on now
 DO $$
@@ -189,6 +284,20 @@ BEGIN
 			AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
 	LOOP
 		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION @extschema@.tb_memory_leases() TO %s',
+			grantee);
+	END LOOP;
+	-- and whoever may read tb_stats, what it shows of limits
+	FOR grantee IN
+		SELECT DISTINCT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+			ELSE pg_catalog.quote_ident(r.rolname) END
+		FROM pg_catalog.pg_class AS c
+		CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) AS a
+		LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+		WHERE c.oid OPERATOR(pg_catalog.=) '@extschema@.tb_stats'::pg_catalog.regclass
+			AND a.privilege_type OPERATOR(pg_catalog.=) 'SELECT'
+			AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+	LOOP
+		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION @extschema@.tb_limit_counters() TO %s',
 			grantee);
 	END LOOP;
 END $$;

@@ -55,6 +55,7 @@ static struct
 	Oid			function;
 	Oid			table;
 	Oid			owner;
+	Oid			limits;			/* its tb_limits (InvalidOid before 1.6) */
 }			table_cache[TABLE_CACHE_SIZE];
 static int	table_cache_next = 0;
 
@@ -83,6 +84,7 @@ installation_slot(FunctionCallInfo fcinfo)
 		report_dropped();
 	table_cache[slot].owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
+	table_cache[slot].limits = get_relname_relid("tb_limits", schema);
 	table_cache[slot].function = function;
 	return slot;
 }
@@ -122,6 +124,17 @@ Oid
 installation_owner(FunctionCallInfo fcinfo)
 {
 	return table_cache[installation_slot(fcinfo)].owner;
+}
+
+/*
+ * The tb_limits table of the function called: the installation whose
+ * limits' counters are kept apart from its buckets' (a limit and a bucket
+ * may share a name).
+ */
+Oid
+installation_limits(FunctionCallInfo fcinfo)
+{
+	return table_cache[installation_slot(fcinfo)].limits;
 }
 
 /* Whether a name of "len" bytes is a template's: it ends in '*'. */
@@ -300,9 +313,10 @@ deadline_after(Interval *timeout, TimestampTz now)
 }
 
 /*
- * Whether an object access drops an installation (its tb_buckets table:
- * DROP EXTENSION, DROP SCHEMA) or a database, and which: *dbid, and
- * *relid (InvalidOid: every installation of the database).
+ * Whether an object access drops an installation (its tb_buckets table,
+ * or its tb_limits, which its limits' counters are kept under: DROP
+ * EXTENSION, DROP SCHEMA) or a database, and which: *dbid, and *relid
+ * (InvalidOid: every installation of the database).
  */
 bool
 installation_dropped(ObjectAccessType access, Oid classId, Oid objectId, int subId,
@@ -321,7 +335,8 @@ installation_dropped(ObjectAccessType access, Oid classId, Oid objectId, int sub
 	if (classId != RelationRelationId || subId != 0)
 		return false;
 	name = get_rel_name(objectId);
-	if (name == NULL || strcmp(name, "tb_buckets") != 0)
+	if (name == NULL ||
+		(strcmp(name, "tb_buckets") != 0 && strcmp(name, "tb_limits") != 0))
 		return false;
 	*dbid = MyDatabaseId;
 	*relid = objectId;

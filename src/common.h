@@ -26,6 +26,7 @@
 /* The installation of a function called: its tb_buckets, and their owner. */
 extern Oid	installation_table(FunctionCallInfo fcinfo);
 extern Oid	installation_owner(FunctionCallInfo fcinfo);
+extern Oid	installation_limits(FunctionCallInfo fcinfo);
 extern Oid	installation_recheck(FunctionCallInfo fcinfo);
 extern void report_dropped(void);
 

@@ -51,6 +51,7 @@
 #include "common.h"
 #include "lease.h"
 #include "lease_memory.h"
+#include "stats.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "storage/ipc.h"
@@ -443,21 +444,21 @@ add_slots(Oid relid, text *name, int32 max_in_flight)
 
 /*
  * Lease $7 slots of $1 (whose key is $8) at $5, under a new id (returned):
- * the lowest free
- * ones within its max_in_flight, none another transaction has locked;
- * none while a lease holds a slot above it (the limit was lowered: it
- * waits to be back under it).  One statement: the lookup of the limit,
- * the id and the update.
+ * the lowest free ones within its max_in_flight, none another transaction
+ * has locked; none while a lease holds a slot above it (the limit was
+ * lowered: it waits to be back under it).  One statement: the lookup of
+ * the limit, the id and the update.  Each slot returns too whether the
+ * lease it takes over had expired or ended with its holder (counted then:
+ * a table limit learns it only now).
  */
 static KeptPlan take_plan = {
-	.sql = "WITH l AS MATERIALIZED (SELECT " LIMIT_OF_1 " AS max_in_flight)"
-	" UPDATE %1$s.tb_lease_slots"
-	" SET lease = (SELECT ($8::pg_catalog.int8 OPERATOR(pg_catalog.*) 137438953472)"
-	"   OPERATOR(pg_catalog.+) (pg_catalog.nextval('%1$s.tb_lease_ids'::pg_catalog.regclass)"
-	"   OPERATOR(pg_catalog.%%) 137438953472)),"
-	"  hold = $2, holder = $3, pid = $4, started = $9, xid = $10, since = $5, expires = $6"
-	" WHERE name OPERATOR(pg_catalog.=) $1 AND slot OPERATOR(pg_catalog.=) ANY (ARRAY("
-	"  SELECT f.slot FROM %1$s.tb_lease_slots AS f, l"
+	.sql = "WITH l AS MATERIALIZED (SELECT " LIMIT_OF_1 " AS max_in_flight),"
+	" f AS MATERIALIZED ("
+	"  SELECT f.slot, f.lease IS NOT NULL"
+	"   AND coalesce(f.expires OPERATOR(pg_catalog.<=) $5, false) AS expired,"
+	"   f.lease IS NOT NULL"
+	"   AND NOT coalesce(f.expires OPERATOR(pg_catalog.<=) $5, false) AS ended"
+	"  FROM %1$s.tb_lease_slots AS f, l"
 	"  WHERE f.name OPERATOR(pg_catalog.=) $1"
 	"  AND f.slot OPERATOR(pg_catalog.<=) l.max_in_flight"
 	"  AND (f.lease IS NULL OR f.expires OPERATOR(pg_catalog.<=) $5"
@@ -468,8 +469,14 @@ static KeptPlan take_plan = {
 	"   AND a.lease IS NOT NULL"
 	"   AND (a.expires IS NULL OR a.expires OPERATOR(pg_catalog.>) $5)"
 	"   AND %1$s.tb_holder_alive(a.pid, a.started, a.xid))"
-	"  ORDER BY f.slot LIMIT $7 FOR UPDATE OF f SKIP LOCKED))"
-	" RETURNING lease",
+	"  ORDER BY f.slot LIMIT $7 FOR UPDATE OF f SKIP LOCKED)"
+	" UPDATE %1$s.tb_lease_slots AS s"
+	" SET lease = (SELECT ($8::pg_catalog.int8 OPERATOR(pg_catalog.*) 137438953472)"
+	"   OPERATOR(pg_catalog.+) (pg_catalog.nextval('%1$s.tb_lease_ids'::pg_catalog.regclass)"
+	"   OPERATOR(pg_catalog.%%) 137438953472)),"
+	"  hold = $2, holder = $3, pid = $4, started = $9, xid = $10, since = $5, expires = $6"
+	" FROM f WHERE s.name OPERATOR(pg_catalog.=) $1 AND s.slot OPERATOR(pg_catalog.=) f.slot"
+	" RETURNING s.lease, f.expired, f.ended",
 	.nargs = 10, .argtypes = {TEXTOID, TEXTOID, OIDOID, INT4OID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, XID8OID}
 };
@@ -486,6 +493,7 @@ static KeptPlan next_expiry_plan = {
 typedef struct LeaseAsk
 {
 	Oid			relid;
+	Oid			limits;			/* its tb_limits: the counters' */
 	Oid			caller;			/* the role that holds it */
 	text	   *name;
 	int32		slots;
@@ -495,7 +503,47 @@ typedef struct LeaseAsk
 	int64		lease;			/* the id, once granted */
 	bool		memory;			/* its limit is a memory limit */
 	TimestampTz ready;			/* a memory limit full: its first ttl's end */
+	int			template_len;	/* its template's name length, when known;
+								 * else -1 */
 } LeaseAsk;
+
+/* Its template's name length, for the counters: 0 for none. */
+static KeptPlan template_plan = {
+	.sql = "SELECT r.template_len FROM " LIMIT_ROW_OF_1 " AS r",
+	.nargs = 1, .argtypes = {TEXTOID}
+};
+
+/* stats_count() template_of: the length of the name of limit "arg"'s template. */
+static int
+limit_template_len(void *arg)
+{
+	LeaseAsk   *ask = arg;
+	Datum		args[1] = {PointerGetDatum(ask->name)};
+	bool		isnull;
+	int			len = 0;
+
+	if (plan_run(&template_plan, ask->relid, args, NULL) == 1)
+	{
+		len = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+										  1, &isnull));
+		SPI_freetuptable(SPI_tuptable);
+		SPI_tuptable = NULL;
+	}
+	return len;
+}
+
+/*
+ * Count "delta" for the limit of "ask" when the transaction ends (its
+ * grants and slots freed only if it commits), under its tb_limits.
+ */
+static void
+count_limit(LeaseAsk *ask, const StatsCounters *delta)
+{
+	if (!stats_enabled() || !OidIsValid(ask->limits))
+		return;
+	stats_count(ask->limits, ask->name, delta, ask->template_len, limit_template_len,
+				ask, NULL, GetCurrentTimestamp());
+}
 
 /* A name's limit, as limit_plan reads it. */
 typedef struct LimitFound
@@ -526,6 +574,7 @@ find_limit(LeaseAsk *ask)
 	found.max_in_flight = DatumGetInt32(SPI_getbinval(row, desc, 1, &isnull));
 	found.memory = DatumGetBool(SPI_getbinval(row, desc, 2, &isnull));
 	found.template_len = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
+	ask->template_len = found.template_len;
 	found.made = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
 	if (isnull)
 		found.made = 0;
@@ -552,6 +601,7 @@ lease_memory(LeaseAsk *ask, const LimitFound *limit, uint64 generation,
 {
 	MemoryLeaseAsk memory = {
 		.relid = ask->relid,
+		.stats_relid = ask->limits,
 		.name = ask->name,
 		.template_len = limit->template_len,
 		.max_in_flight = limit->max_in_flight,
@@ -605,6 +655,7 @@ lease_take(LeaseAsk *ask, TimestampTz now)
 	Datum		args[10];
 	char		nulls[11] = "          ";
 	bool		isnull;
+	StatsCounters freed = {0};
 
 	args[0] = PointerGetDatum(ask->name);
 	args[1] = CStringGetTextDatum(ask->hold == HOLD_SESSION ? "session" : "transaction");
@@ -638,8 +689,18 @@ lease_take(LeaseAsk *ask, TimestampTz now)
 	}
 	ask->lease = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 											 SPI_tuptable->tupdesc, 1, &isnull));
+	/* the slots taken over from leases that had ended or expired */
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+
+		freed.expired += DatumGetBool(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
+		freed.ended += DatumGetBool(SPI_getbinval(row, SPI_tuptable->tupdesc, 3, &isnull));
+	}
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = NULL;
+	if (freed.expired > 0 || freed.ended > 0)
+		count_limit(ask, &freed);
 
 	if (ask->hold == HOLD_SESSION)
 		remember_limit(ask->name);
@@ -703,11 +764,23 @@ lease_take_or_refuse(LeaseAsk *ask, TimestampTz now)
 	}
 }
 
-/* lease_take_or_refuse() at the clock's time. */
+/* lease_take_or_refuse() at the clock's time, counted. */
 static bool
 lease_step(void *arg)
 {
-	return lease_take_or_refuse(arg, GetCurrentTimestamp());
+	LeaseAsk   *ask = arg;
+	bool		granted = lease_take_or_refuse(ask, GetCurrentTimestamp());
+	StatsCounters delta = {0};
+
+	if (granted)
+	{
+		delta.granted = 1;
+		delta.granted_tokens = ask->slots;
+	}
+	else
+		delta.denied = 1;
+	count_limit(ask, &delta);
+	return granted;
 }
 
 /*
@@ -789,10 +862,25 @@ lease_with(FunctionCallInfo fcinfo, const LeaseRequest *request, bool wait,
 	register_callbacks();
 	session = spi_begin(fcinfo, true);
 	ask.relid = installation_table(fcinfo);
+	ask.limits = installation_limits(fcinfo);
 	ask.caller = session.userid;
+	ask.template_len = -1;
 	if (wait)
+	{
+		/* cancelled until it says how it ended (an error ends it so) */
+		StatsCounters delta = {.cancelled = 1};
+
+		count_limit(&ask, &delta);
 		granted = wait_in_queue(VARDATA_ANY(ask.name), VARSIZE_ANY_EXHDR(ask.name),
 								deadline, lease_attempt, &ask, &waited_usecs);
+		delta.cancelled = -1;
+		delta.granted = granted ? 1 : 0;
+		delta.granted_tokens = granted ? ask.slots : 0;
+		delta.timeouts = granted ? 0 : 1;
+		delta.waited = waited_usecs >= 0 ? 1 : 0;
+		delta.wait_usecs = Max(waited_usecs, 0);
+		count_limit(&ask, &delta);
+	}
 	else if (request->and_then != NULL)
 	{
 		LeaseAndThen both = {&ask, request->and_then, request->and_then_arg};
@@ -918,12 +1006,18 @@ release_memory(FunctionCallInfo fcinfo, int64 id)
 {
 	Oid			caller = GetUserId();
 	char	   *name = NULL;
+	int32		slots = 0;
+	int			template_len = 0;
 
 	switch (lease_memory_release(installation_table(fcinfo), id, caller,
 								 has_privs_of_role(caller, installation_owner(fcinfo)),
-								 GetCurrentTimestamp(), &name))
+								 GetCurrentTimestamp(), &name, &slots, &template_len))
 	{
 		case MEMORY_RELEASE_FREED:
+			count_limit(&(LeaseAsk) {.relid = installation_table(fcinfo),
+						.limits = installation_limits(fcinfo),
+						.name = cstring_to_text(name), .template_len = template_len},
+						&(StatsCounters) {.released = slots});
 			return true;
 		case MEMORY_RELEASE_DENIED:
 			report_not_holder(name);
@@ -965,11 +1059,16 @@ tb_release(PG_FUNCTION_ARGS)
 	{
 		text	   *name = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[0],
 														SPI_tuptable->tupdesc, 1, &isnull));
+		int32		slots = (int32) SPI_processed;
 
+		name = (text *) pg_detoast_datum_copy((struct varlena *) name);
 		wake_later(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
 		SPI_freetuptable(SPI_tuptable);
 		SPI_tuptable = NULL;
 		freed = true;
+		count_limit(&(LeaseAsk) {.relid = relid, .limits = installation_limits(fcinfo),
+					.name = name, .template_len = -1},
+					&(StatsCounters) {.released = slots});
 	}
 	else if (plan_run(&lease_plan, relid, (Datum[]) {args[0], args[3], args[4]}, NULL) > 0)
 	{

@@ -46,6 +46,7 @@
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "shmem.h"
+#include "stats.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/procarray.h"
@@ -68,6 +69,7 @@ typedef struct LimitEntry
 	int32		held;			/* slots of its leases, released ones not yet
 								 * committed included */
 	int			template_len;	/* the template it was first made from */
+	Oid			stats_relid;	/* the tb_limits its counters are kept under */
 	int			first;			/* its first lease, or -1 */
 } LimitEntry;
 
@@ -252,52 +254,102 @@ lease_held_here(const MemoryLease *lease, TimestampTz now)
 	return lease_held(lease, now) && lease->releaser != MyProcPid;
 }
 
-/* Names whose waiters to wake once the lock is released. */
+/*
+ * A limit some of whose leases were freed under the lock: its queue to
+ * wake, and the slots to count as ended or expired, once it is released.
+ */
+typedef struct Freed
+{
+	SharedKey	key;
+	Oid			stats_relid;
+	int			template_len;
+	StatsCounters counts;		/* ended and expired */
+} Freed;
+
+/* The limits whose leases a call freed. */
 typedef struct WakeList
 {
-	SharedKey  *names;
+	Freed	   *limits;
 	int			n;
 	int			max;
 } WakeList;
 
-/* Add the name of "limit" to "wake" (this database's only: its queues). */
+/*
+ * Add "limit" to "wake" (this database's only: its queues, its counters),
+ * with "ended" and "expired" slots.
+ */
 static void
-wake_add(WakeList *wake, const LimitEntry *limit)
+wake_add(WakeList *wake, const LimitEntry *limit, int32 ended, int32 expired)
 {
-	if (wake == NULL || limit->key.dbid != MyDatabaseId)
-		return;
-	for (int i = 0; i < wake->n; i++)
-		if (shared_key_match(&wake->names[i], &limit->key, sizeof(SharedKey)) == 0)
-			return;
-	if (wake->n == wake->max)
-	{
-		wake->max = Max(8, wake->max * 2);
-		wake->names = wake->names ?
-			repalloc(wake->names, sizeof(SharedKey) * wake->max) :
-			palloc(sizeof(SharedKey) * wake->max);
-	}
-	wake->names[wake->n++] = limit->key;
-}
+	Freed	   *freed = NULL;
 
-/* Wake the queue of every name in "wake" (the lock released). */
-static void
-wake_all(WakeList *wake)
-{
-	for (int i = 0; i < wake->n; i++)
-		wait_wake_limit(wake->names[i].name, wake->names[i].len);
-	if (wake->names)
-		pfree(wake->names);
+	if (limit->key.dbid != MyDatabaseId)
+		return;
+	for (int i = 0; i < wake->n && freed == NULL; i++)
+		if (shared_key_match(&wake->limits[i].key, &limit->key, sizeof(SharedKey)) == 0)
+			freed = &wake->limits[i];
+	if (freed == NULL)
+	{
+		if (wake->n == wake->max)
+		{
+			wake->max = Max(8, wake->max * 2);
+			wake->limits = wake->limits ?
+				repalloc(wake->limits, sizeof(Freed) * wake->max) :
+				palloc(sizeof(Freed) * wake->max);
+		}
+		freed = &wake->limits[wake->n++];
+		memset(freed, 0, sizeof(Freed));
+		freed->key = limit->key;
+		freed->stats_relid = limit->stats_relid;
+		freed->template_len = limit->template_len;
+	}
+	freed->counts.ended += ended;
+	freed->counts.expired += expired;
 }
 
 /*
- * Free record "index" (under the exclusive lock): off its limit's list,
- * its slots back; with "remove", the entry gone with its last lease.
+ * With the lock released: count what was freed, and wake the queue of
+ * every limit in "wake".
  */
 static void
-free_record(int index, WakeList *wake, bool remove)
+wake_all(WakeList *wake)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	for (int i = 0; i < wake->n; i++)
+	{
+		Freed	   *freed = &wake->limits[i];
+
+		if (freed->counts.ended > 0 || freed->counts.expired > 0)
+			stats_count_now(freed->stats_relid, freed->key.name, freed->key.len,
+							freed->template_len, &freed->counts, now);
+		wait_wake_limit(freed->key.name, freed->key.len);
+	}
+	if (wake->limits)
+		pfree(wake->limits);
+}
+
+/* How a lease's freeing is counted. */
+typedef enum FreedBy
+{
+	FREED_QUIETLY,				/* not here: a release (counted by its
+								 * caller), a lease that never was (its
+								 * transaction aborted), a limit dropped */
+	FREED_BY_END				/* its holder's end, or its ttl if that
+								 * passed first (at "now") */
+} FreedBy;
+
+/*
+ * Free record "index" (under the exclusive lock): off its limit's list,
+ * its slots back, counted into "wake" as "by" says; with "remove", the
+ * entry gone with its last lease.
+ */
+static void
+free_record(int index, WakeList *wake, bool remove, FreedBy by, TimestampTz now)
 {
 	MemoryLease *lease = &lease_shared->leases[index];
 	LimitEntry *limit = lease->limit;
+	bool		expired = lease->expires <= now;
 
 	if (lease->prev >= 0)
 		lease_shared->leases[lease->prev].next = lease->next;
@@ -306,7 +358,9 @@ free_record(int index, WakeList *wake, bool remove)
 	if (lease->next >= 0)
 		lease_shared->leases[lease->next].prev = lease->prev;
 	limit->held -= lease->slots;
-	wake_add(wake, limit);
+	wake_add(wake, limit,
+			 by == FREED_BY_END && !expired ? lease->slots : 0,
+			 by == FREED_BY_END && expired ? lease->slots : 0);
 	if (remove && limit->first < 0)
 		(void) hash_search(limit_hash, &limit->key, HASH_REMOVE, NULL);
 	lease->id = 0;
@@ -317,12 +371,12 @@ free_record(int index, WakeList *wake, bool remove)
 
 /* Free lease "id" if it is still there (under the exclusive lock). */
 static void
-free_id(int64 id, WakeList *wake)
+free_id(int64 id, WakeList *wake, FreedBy by, TimestampTz now)
 {
 	int			index = index_of(id);
 
 	if (index >= 0 && lease_shared->leases[index].id == id)
-		free_record(index, wake, true);
+		free_record(index, wake, true, by, now);
 }
 
 /*
@@ -330,7 +384,7 @@ free_id(int64 id, WakeList *wake)
  * (under the exclusive lock).  The entry stays, maybe empty.
  */
 static void
-sweep(LimitEntry *limit, TimestampTz now)
+sweep(LimitEntry *limit, TimestampTz now, WakeList *wake)
 {
 	int			index = limit->first;
 
@@ -340,7 +394,7 @@ sweep(LimitEntry *limit, TimestampTz now)
 		int			next = lease->next;
 
 		if (lease->releaser == 0 && !lease_held(lease, now))
-			free_record(index, NULL, false);
+			free_record(index, wake, false, FREED_BY_END, now);
 		index = next;
 	}
 }
@@ -429,7 +483,8 @@ apply_forgets(WakeList *wake)
 	{
 		limit = lfirst(cell);
 		while (limit->first >= 0)
-			free_record(limit->first, wake, true);
+			free_record(limit->first, wake, false, FREED_QUIETLY, 0);
+		(void) hash_search(limit_hash, &limit->key, HASH_REMOVE, NULL);
 	}
 	list_free(gone);
 	pg_atomic_fetch_add_u64(&lease_shared->generation, 1);
@@ -445,6 +500,7 @@ end_of_xact(SubTransactionId subid, SubTransactionId parent, bool commit)
 	WakeList	wake = {0};
 	ListCell   *cell;
 	bool		top = subid == InvalidSubTransactionId;
+	TimestampTz now = GetCurrentTimestamp();
 
 	if (lease_shared == NULL || (xact_leases == NIL && (forgets == NIL || !commit)))
 		return;
@@ -470,12 +526,14 @@ end_of_xact(SubTransactionId subid, SubTransactionId parent, bool commit)
 		if (local->release)
 		{
 			if (commit)
-				free_id(local->id, &wake);
+				free_id(local->id, &wake, FREED_QUIETLY, now);
 			else if (index >= 0 && lease_shared->leases[index].id == local->id)
 				lease_shared->leases[index].releaser = 0;
 		}
-		else if (!commit || !local->session)
-			free_id(local->id, &wake);
+		else if (!commit)
+			free_id(local->id, &wake, FREED_QUIETLY, now);
+		else if (!local->session)
+			free_id(local->id, &wake, FREED_BY_END, now);
 		if (!top)
 			xact_leases = foreach_delete_current(xact_leases, cell);
 	}
@@ -544,6 +602,7 @@ static void
 lease_memory_exit(int code, Datum arg)
 {
 	WakeList	wake = {0};
+	TimestampTz now = GetCurrentTimestamp();
 
 	if (lease_shared == NULL || !leased_here)
 		return;
@@ -553,7 +612,7 @@ lease_memory_exit(int code, Datum arg)
 		MemoryLease *lease = &lease_shared->leases[i];
 
 		if (lease->id != 0 && lease->pid == MyProcPid && lease->started == MyStartTimestamp)
-			free_record(i, &wake, true);
+			free_record(i, &wake, true, FREED_BY_END, now);
 	}
 	LWLockRelease(lease_shared->lock);
 	xact_leases = NIL;
@@ -617,6 +676,7 @@ lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
 	int			index;
 	int64		id;
 	int32		released = 0;
+	WakeList	wake = {0};
 
 	lease_memory_require();
 	if (!shared_key_text(&key, ask->relid, ask->name))
@@ -646,11 +706,12 @@ lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
 	{
 		limit->held = 0;
 		limit->template_len = ask->template_len;
+		limit->stats_relid = ask->stats_relid;
 		limit->first = -1;
 	}
 	if (!fits(limit, ask, 0))
 	{
-		sweep(limit, now);
+		sweep(limit, now, &wake);
 		released = released_here(limit);
 	}
 	index = lease_shared->free;
@@ -661,6 +722,7 @@ lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
 			(void) hash_search(limit_hash, &key, HASH_REMOVE, NULL);
 		LWLockRelease(lease_shared->lock);
 		xact_leases = list_delete_last(xact_leases);
+		wake_all(&wake);
 		if (index < 0)
 			report_no_room();
 		return MEMORY_LEASE_FULL;
@@ -687,6 +749,7 @@ lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
 	limit->first = index;
 	limit->held += ask->slots;
 	LWLockRelease(lease_shared->lock);
+	wake_all(&wake);
 
 	local->id = id;
 	*lease = id;
@@ -696,11 +759,12 @@ lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
 /*
  * Release memory lease "id" of installation "relid" for role "caller"
  * ("owner": who may release any): freed when the transaction commits.
- * *limit is its limit's name, when it is held.
+ * *limit is its limit's name, *slots its slots and *template_len its
+ * template's name's length, when it is held.
  */
 MemoryLeaseReleased
 lease_memory_release(Oid relid, int64 id, Oid caller, bool owner, TimestampTz now,
-					 char **limit)
+					 char **limit, int32 *slots, int *template_len)
 {
 	int			index = index_of(id);
 	MemoryLease *record;
@@ -718,6 +782,8 @@ lease_memory_release(Oid relid, int64 id, Oid caller, bool owner, TimestampTz no
 	{
 		held = true;
 		holder = record->holder;
+		*slots = record->slots;
+		*template_len = record->limit->template_len;
 		*limit = pnstrdup(record->limit->key.name, record->limit->key.len);
 	}
 	LWLockRelease(lease_shared->lock);
@@ -796,14 +862,21 @@ tb_memory_leases(PG_FUNCTION_ARGS)
 	TimestampTz now = GetCurrentTimestamp();
 	ListedLease *rows;
 	int			n = 0;
+	int			maxrows = 0;
 
 	check_may_read(fcinfo, "tb_memory_leases()", views);
 	if (lease_shared == NULL)
 		return (Datum) 0;
 	relid = installation_table(fcinfo);
-	rows = palloc(sizeof(ListedLease) * max_memory_leases);
+	/* room first, for the leases held now: nothing may fail under the lock */
 	LWLockAcquire(lease_shared->lock, LW_SHARED);
 	for (int i = 0; i < max_memory_leases; i++)
+		maxrows += lease_shared->leases[i].id != 0;
+	LWLockRelease(lease_shared->lock);
+	rows = palloc(sizeof(ListedLease) * Max(maxrows * 2, 1));
+	maxrows = Max(maxrows * 2, 1);
+	LWLockAcquire(lease_shared->lock, LW_SHARED);
+	for (int i = 0; i < max_memory_leases && n < maxrows; i++)
 	{
 		MemoryLease *lease = &lease_shared->leases[i];
 

@@ -18,6 +18,7 @@
 typedef struct MemoryLeaseAsk
 {
 	Oid			relid;			/* the installation */
+	Oid			stats_relid;	/* its tb_limits, which counters go under */
 	text	   *name;			/* the limit (a name a template made) */
 	int			template_len;	/* its template's name length (0: none) */
 	int32		max_in_flight;	/* as its committed configuration says */
@@ -58,7 +59,8 @@ extern MemoryLeaseTaken lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz
 										  int64 *lease, TimestampTz *ready);
 extern MemoryLeaseReleased lease_memory_release(Oid relid, int64 lease, Oid caller,
 												bool owner, TimestampTz now,
-												char **limit);
+												char **limit, int32 *slots,
+												int *template_len);
 extern void lease_memory_forget(Oid dbid, Oid relid, text *name);
 
 #endif							/* TOKENBUCKET_LEASE_MEMORY_H */

@@ -32,8 +32,9 @@
 /* the state file a clean shutdown writes */
 #define STATE_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/tokenbucket.buckets"
 #define STATE_MAGIC		0x74624D31	/* "tbM1" */
-#define STATE_FORMAT	3		/* 1: template lengths without the '*';
-								 * 1 and 2: no counters */
+#define STATE_FORMAT	4		/* 1: template lengths without the '*';
+								 * 1 and 2: no counters; 3: counters
+								 * without those of limits */
 
 /* SharedArea shutdown: write the committed entries to the state file. */
 static void
@@ -110,7 +111,8 @@ load_state(bool *existed)
 				!state_load(&sf, &bucket, sizeof(bucket)) ||
 				(sf.format >= 3 &&
 				 (!state_load(&sf, &since, sizeof(since)) ||
-				  !state_load(&sf, &counters, sizeof(counters)))))
+				  !state_load(&sf, &counters, sf.format >= 4 ?
+							  sizeof(counters) : STATS_COUNTERS_SIZE_1_6))))
 				break;
 			/* format 1 counted a template's length without its '*' */
 			if (sf.format == 1 && template_len > 0)

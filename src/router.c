@@ -507,17 +507,21 @@ router_count_wait(FunctionCallInfo fcinfo, const Request *requests,
 }
 
 /*
- * Start the counters of bucket "name" from zero (of a template: its own
- * and those of every bucket made from it), or with NULL, those of every
- * bucket of the installation: in the counters, and in every store that
- * keeps its keys' counters.
+ * Start the counters of bucket and limit "name" from zero (of a template:
+ * its own and those of every bucket or limit made from it), or with NULL,
+ * those of every bucket and limit of the installation: in the counters,
+ * and in every store that keeps its keys' counters.
  */
 void
 router_reset_counters(FunctionCallInfo fcinfo, text *name)
 {
 	Oid			relid = installation_table(fcinfo);
+	Oid			limits = installation_limits(fcinfo);
 
 	stats_reset(relid, name);
+	/* a limit's of that name too, kept apart from its buckets' */
+	if (OidIsValid(limits))
+		stats_reset(limits, name);
 	for (int i = 0; i < NUM_STORES; i++)
 		if (stores[i]->reset_counters != NULL)
 			stores[i]->reset_counters(relid, name);

@@ -67,7 +67,7 @@
 /* the counters a clean shutdown keeps */
 #define STATE_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/tokenbucket.counters"
 #define STATE_MAGIC		0x74624331	/* "tbC1" */
-#define STATE_FORMAT	1
+#define STATE_FORMAT	2		/* 1: no counters of limits */
 
 /* What an entry counts for. */
 typedef enum StatsKind
@@ -214,9 +214,16 @@ stats_counters_add(StatsCounters *sum, const StatsCounters *delta)
 	sum->refunded_tokens += delta->refunded_tokens;
 	sum->pauses += delta->pauses;
 	sum->cancelled += delta->cancelled;
+	sum->released += delta->released;
+	sum->ended += delta->ended;
+	sum->expired += delta->expired;
 }
 
-/* Forget the counts a rollback gives back: grants, refunds, pauses. */
+/*
+ * Forget the counts a rollback gives back: grants, refunds, pauses; a
+ * limit's slots released, or taken over from a lease that ended or
+ * expired (the rows go back to naming it).
+ */
 static void
 counters_roll_back(StatsCounters *counters)
 {
@@ -224,6 +231,9 @@ counters_roll_back(StatsCounters *counters)
 	counters->granted_tokens = 0;
 	counters->refunded_tokens = 0;
 	counters->pauses = 0;
+	counters->released = 0;
+	counters->ended = 0;
+	counters->expired = 0;
 }
 
 /*
@@ -243,6 +253,27 @@ stats_values(const StatsCounters *c, Datum *values)
 	values[6] = Float8GetDatum(c->refunded_tokens);
 	values[7] = Int64GetDatum(c->pauses);
 	values[8] = Int64GetDatum(c->cancelled);
+}
+
+/*
+ * The SQL values of a limit's counters (LIMIT_COLUMNS of them): leases
+ * granted, slots, refused, waited, wait_seconds, timeouts, cancelled,
+ * then slots released, ended and expired.
+ */
+#define LIMIT_COLUMNS 10
+static void
+limit_values(const StatsCounters *c, Datum *values)
+{
+	values[0] = Int64GetDatum(c->granted);
+	values[1] = Int64GetDatum((int64) c->granted_tokens);
+	values[2] = Int64GetDatum(c->denied);
+	values[3] = Int64GetDatum(c->waited);
+	values[4] = Float8GetDatum((double) c->wait_usecs / USECS_PER_SEC);
+	values[5] = Int64GetDatum(c->timeouts);
+	values[6] = Int64GetDatum(c->cancelled);
+	values[7] = Int64GetDatum(c->released);
+	values[8] = Int64GetDatum(c->ended);
+	values[9] = Int64GetDatum(c->expired);
 }
 
 /* Whether calls are counted now: the library preloaded, and tracking on. */
@@ -533,6 +564,36 @@ stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
 	}
 	pending->at = now;
 	stats_counters_add(&pending->counters, delta);
+}
+
+/*
+ * Add "delta" for bucket or limit "name" ("len" bytes) of installation
+ * "relid" to shared memory now, and to its template's counters
+ * ("template_len": the length of its name, 0: none): for what happens
+ * outside any transaction, or whatever becomes of it (a memory lease
+ * freed by its backend's exit).
+ */
+void
+stats_count_now(Oid relid, const char *name, int len, int template_len,
+				const StatsCounters *delta, TimestampTz now)
+{
+	SharedKey	key;
+
+	if (!stats_enabled())
+		return;
+	if (template_len > 0)
+	{
+		char	   *t = palloc(template_len);
+
+		memcpy(t, name, template_len - 1);
+		t[template_len - 1] = '*';
+		shared_key_long(&key, relid, t, template_len);
+		pfree(t);
+		(void) count_in(&key, STATS_TEMPLATE, 0, delta, now);
+	}
+	shared_key_long(&key, relid, name, len);
+	(void) count_in(&key, template_len > 0 ? STATS_KEY : STATS_NAMED, template_len,
+					delta, now);
 }
 
 /*
@@ -901,7 +962,7 @@ stats_startup(void)
 			uint8		kind;
 			uint16		template_len;
 			TimestampTz since;
-			StatsCounters counters;
+			StatsCounters counters = {0};
 
 			memset(&key, 0, sizeof(key));
 			if (!state_load(&sf, &key, offsetof(SharedKey, name)) ||
@@ -909,7 +970,8 @@ stats_startup(void)
 				!state_load(&sf, &kind, sizeof(kind)) ||
 				!state_load(&sf, &template_len, sizeof(template_len)) ||
 				!state_load(&sf, &since, sizeof(since)) ||
-				!state_load(&sf, &counters, sizeof(counters)))
+				!state_load(&sf, &counters, sf.format >= 2 ?
+							sizeof(counters) : STATS_COUNTERS_SIZE_1_6))
 				break;
 			if (kind > STATS_KEY || !count_in(&key, kind, template_len, &counters, since))
 			{
@@ -977,15 +1039,18 @@ typedef struct ListedCounters
  * A row (name, counters, since) into "store" per entry of installation
  * "relid" of the kinds in "kinds" (a bit per StatsKind), one partition at
  * a time: no lock is held longer than a partition's copy; then a row with
- * a NULL name whose "since" holds for buckets without an entry.
+ * a NULL name whose "since" holds for buckets without an entry.  With
+ * "limits", "relid" is a tb_limits and the columns a limit's.
  */
 static void
-list_counters(Oid relid, int kinds, Tuplestorestate *store, TupleDesc desc)
+list_counters(Oid relid, int kinds, bool limits, Tuplestorestate *store,
+			  TupleDesc desc)
 {
 	ListedCounters *rows = NULL;
 	int			maxrows = 0;
-	Datum		values[2 + STATS_COLUMNS];
-	bool		nulls[2 + STATS_COLUMNS];
+	int			columns = limits ? LIMIT_COLUMNS : STATS_COLUMNS;
+	Datum		values[2 + Max(STATS_COLUMNS, LIMIT_COLUMNS)];
+	bool		nulls[2 + Max(STATS_COLUMNS, LIMIT_COLUMNS)];
 
 	for (int p = 0; p < STATS_PARTITIONS; p++)
 	{
@@ -1024,14 +1089,17 @@ list_counters(Oid relid, int kinds, Tuplestorestate *store, TupleDesc desc)
 		for (int i = 0; i < nrows; i++)
 		{
 			values[0] = PointerGetDatum(shared_key_long_text(&rows[i].key));
-			stats_values(&rows[i].counters, values + 1);
-			values[1 + STATS_COLUMNS] = TimestampTzGetDatum(rows[i].since);
+			if (limits)
+				limit_values(&rows[i].counters, values + 1);
+			else
+				stats_values(&rows[i].counters, values + 1);
+			values[1 + columns] = TimestampTzGetDatum(rows[i].since);
 			tuplestore_putvalues(store, desc, values, nulls);
 		}
 	}
 	memset(nulls, true, sizeof(nulls));
-	nulls[1 + STATS_COLUMNS] = false;
-	values[1 + STATS_COLUMNS] = TimestampTzGetDatum(installation_since(relid));
+	nulls[1 + columns] = false;
+	values[1 + columns] = TimestampTzGetDatum(installation_since(relid));
 	tuplestore_putvalues(store, desc, values, nulls);
 }
 
@@ -1055,7 +1123,7 @@ tb_stats_counters(PG_FUNCTION_ARGS)
 	check_may_read(fcinfo, "tb_stats_counters()", views);
 	stats_require();
 	list_counters(installation_table(fcinfo), (1 << STATS_NAMED) | (1 << STATS_KEY),
-				  store, desc);
+				  false, store, desc);
 	return (Datum) 0;
 }
 
@@ -1075,7 +1143,35 @@ tb_template_counters(PG_FUNCTION_ARGS)
 
 	check_may_read(fcinfo, "tb_template_counters()", views);
 	stats_require();
-	list_counters(installation_table(fcinfo), 1 << STATS_TEMPLATE, store, desc);
+	list_counters(installation_table(fcinfo), 1 << STATS_TEMPLATE, false, store, desc);
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(tb_limit_counters);
+
+/*
+ * tb_limit_counters(): the counters of every limit, limit template and
+ * name a limit template made of this installation that has an entry
+ * (name, granted, slots, refused, waited, wait_seconds, timeouts,
+ * cancelled, released, ended, expired, since), and a row with a NULL name
+ * whose "since" holds for limits without one.  For whoever may read
+ * tb_stats.
+ */
+Datum
+tb_limit_counters(PG_FUNCTION_ARGS)
+{
+	static const char *const views[] = {"tb_stats", NULL};
+	TupleDesc	desc;
+	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
+	Oid			limits;
+
+	check_may_read(fcinfo, "tb_limit_counters()", views);
+	stats_require();
+	limits = installation_limits(fcinfo);
+	if (!OidIsValid(limits))
+		report_dropped();
+	list_counters(limits, (1 << STATS_NAMED) | (1 << STATS_KEY) | (1 << STATS_TEMPLATE),
+				  true, store, desc);
 	return (Datum) 0;
 }
 

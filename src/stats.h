@@ -15,7 +15,11 @@
 #include "fmgr.h"
 #include "shmem.h"
 
-/* What calls did to a bucket; waits in microseconds. */
+/*
+ * What calls did to a bucket, or to a limit; waits in microseconds.  For
+ * a limit, granted counts leases, granted_tokens their slots, denied the
+ * leases refused, and the last three the slots freed each way.
+ */
 typedef struct StatsCounters
 {
 	int64		granted;		/* calls granted */
@@ -28,7 +32,14 @@ typedef struct StatsCounters
 	int64		pauses;			/* pauses set */
 	int64		cancelled;		/* waits ended by an error: a cancel, a
 								 * statement_timeout, the session's end */
+	int64		released;		/* a limit's slots freed by tb_release */
+	int64		ended;			/* by their holder's session or transaction
+								 * ending, or its backend gone */
+	int64		expired;		/* by their ttl */
 } StatsCounters;
+
+/* What a state file of 1.6 and before kept of StatsCounters. */
+#define STATS_COUNTERS_SIZE_1_6 offsetof(StatsCounters, released)
 
 /*
  * Where the counters of a bucket made from a template live when its store
@@ -43,6 +54,8 @@ extern bool stats_enabled(void);
 extern void stats_count(Oid relid, text *name, const StatsCounters *delta,
 						int template_len, int (*template_of) (void *arg),
 						void *arg, StatsSink sink, TimestampTz now);
+extern void stats_count_now(Oid relid, const char *name, int len, int template_len,
+							const StatsCounters *delta, TimestampTz now);
 extern void stats_forget(Oid dbid, Oid relid);
 extern void stats_reset(Oid relid, text *name);
 extern void stats_counters_add(StatsCounters *sum, const StatsCounters *delta);

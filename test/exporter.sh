@@ -8,7 +8,9 @@
 # over loopback with curl: every number must be exact (a wait ended by
 # statement_timeout counted as cancelled), every counter a counter, and
 # the per-key buckets summed into their template's series rather than
-# exported one by one.
+# exported one by one.  Then known traffic on a table limit and a memory
+# limit (leases granted, refused, released, expired, ended with their
+# sessions, a wait that timed out) and a memory limit template.
 # Prints TAP.
 set -euo pipefail
 DB=tb_exporter
@@ -27,7 +29,7 @@ cleanup() {
 trap cleanup EXIT
 source "$TOP/test/checks.sh"
 
-echo "1..13"
+echo "1..16"
 createdb "$DB"
 q <<'SQL' >/dev/null
 CREATE EXTENSION tokenbucket;
@@ -45,8 +47,37 @@ SELECT tb_create('stuck', 1, 1, '1 hour'), tb_acquire('stuck');
 CREATE ROLE regress_tb_prometheus LOGIN;
 GRANT SELECT ON tb_stats, tb_template_stats TO regress_tb_prometheus;
 GRANT EXECUTE ON FUNCTION tb_memory_buckets(), tb_memory_leases(), tb_stats_counters(),
-	tb_memory_counters(), tb_template_counters(), tb_memory_templates() TO regress_tb_prometheus;
+	tb_memory_counters(), tb_template_counters(), tb_memory_templates(),
+	tb_limit_counters() TO regress_tb_prometheus;
+SELECT tb_create_limit('inflight', 2), tb_create_limit('minflight', 2, memory => true),
+       tb_create_limit('mt:*', 1, memory => true);
+-- two per-key memory limits: 1 lease each, and 1 refused
+SELECT tb_lease('mt:1') IS NOT NULL, tb_lease('mt:2') IS NOT NULL, tb_lease('mt:1') IS NULL;
 SQL
+
+# on each limit of 2 slots, in one session: a lease, one with a ttl, one
+# refused; the first released, the second's ttl passes, then a lease of 2
+# (taking over the expired slot), held until the session ends; in a
+# second session a lease of 2 (a table limit counts the 2 slots of the
+# gone session then) and a wait that times out, until it ends too
+for l in inflight minflight; do
+	q >/dev/null <<SQL
+SELECT tb_lease('$l') AS a \gset
+SELECT tb_lease('$l', ttl => '1 millisecond') IS NOT NULL, tb_lease('$l') IS NULL;
+SELECT tb_release(:a);
+SELECT pg_sleep(0.05);
+SELECT tb_lease('$l', 2) IS NOT NULL;
+SQL
+	q >/dev/null <<SQL
+SELECT tb_lease('$l', 2) IS NOT NULL;
+SELECT tb_lease_wait('$l', 1, timeout => '100 ms') IS NULL;
+SQL
+done
+# a memory limit counts a session's slots as it exits: wait for that
+for _ in $(seq 300); do
+	[ "$(q -c "SELECT ended FROM tb_stats WHERE name = 'minflight'")" = 4 ] && break
+	sleep 0.1
+done
 
 q -c "SET statement_timeout = 200" -c "SELECT tb_acquire_wait('stuck', 1, '1 hour')" >/dev/null 2>&1 || true
 
@@ -110,7 +141,7 @@ expect 9 "per-key buckets are not exported one by one" \
 	"$(grep -c 'bucket="muser:' "$METRICS" || true)" 0
 expect 10 "counters are typed counter, levels gauge" \
 	"$(grep -c '^# TYPE tokenbucket_[a-z_]*_total counter$' "$METRICS") $(grep -c '^# TYPE tokenbucket_\(tokens\|capacity_tokens\|refill_rate_tokens_per_second\|template_buckets\) gauge$' "$METRICS")" \
-	"18 4"
+	"38 4"
 # since: when counting started, as seconds since the epoch, in the past
 start=$(metric tokenbucket_start_time_seconds bucket api)
 now=$(date +%s)
@@ -128,3 +159,20 @@ q -c "SELECT tb_stats_reset('api')" >/dev/null
 curl -sf "http://127.0.0.1:$PORT/metrics" -o "$METRICS"
 expect 13 "after tb_stats_reset('api'), the next scrape says granted_total 0" \
 	"$(metric tokenbucket_granted_total bucket api)" 0
+
+# limit NAME: its leases, slots, refused, waited, timeouts, released,
+# ended and expired, in one line
+limit() {
+	local m out=""
+	for m in leases slots refused waited timeouts released_slots ended_slots expired_slots; do
+		out="$out $(metric "tokenbucket_limit_${m}_total" limit "$1")"
+	done
+	echo $out
+}
+expect 14 "table limit: leases slots refused waited timeouts released ended expired (ended: counted as the next lease takes the slots over)" \
+	"$(limit inflight)" "4 6 1 1 1 1 2 1"
+expect 15 "memory limit: the same, ended counted as each session exits" \
+	"$(limit minflight)" "4 6 1 1 1 1 4 1"
+expect 16 "memory limit template: mt:* sums its names (leases, refused), which are not exported one by one" \
+	"$(metric tokenbucket_limit_template_leases_total template 'mt:*') $(metric tokenbucket_limit_template_refused_total template 'mt:*') $(grep -c 'limit="mt:' "$METRICS" || true)" \
+	"2 1 0"
