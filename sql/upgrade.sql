@@ -1,7 +1,7 @@
 --
--- upgrade: 1.0 updated to 1.1, 1.2, 1.3, 1.4, 1.5 and then 1.6 keeps its buckets
--- and gives exactly the objects of a fresh install; grants made on the
--- functions 1.2 and 1.3 replace are kept.
+-- upgrade: 1.0 updated to 1.1, 1.2, 1.3, 1.4, 1.5, 1.6 and then 1.7 keeps its
+-- buckets and gives exactly the objects of a fresh install; grants made on
+-- the functions 1.2, 1.3 and 1.7 replace are kept.
 --
 -- buckets made under 1.0 (plain SQL: this library is 1.1's)
 CREATE EXTENSION tokenbucket VERSION '1.0';
@@ -38,6 +38,13 @@ ALTER EXTENSION tokenbucket UPDATE TO '1.5';
 SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 ALTER EXTENSION tokenbucket UPDATE TO '1.6';
 SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
+
+-- under 1.6, a DBA kept leases to one role
+REVOKE EXECUTE ON FUNCTION tb_lease(text, integer, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION tb_lease(text, integer, text, interval) TO regress_tb_upgrade_worker;
+
+ALTER EXTENSION tokenbucket UPDATE TO '1.7';
+SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 SELECT tb_acquire('kept', 5), tb_acquire('half', 2), tb_acquire('half');
 SELECT tb_acquire_all('{kept,half}'), round(tb_refund('kept', 1)::numeric, 2);
 -- the buckets made before the update are counted like new ones
@@ -54,7 +61,7 @@ SELECT p.oid::regprocedure AS function,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public
 FROM pg_proc p
 WHERE p.proname IN ('tb_try', 'tb_pause_until', 'tb_pause', 'tb_refund', 'tb_try_all', 'tb_create',
-                    'tb_buckets_changed')
+                    'tb_buckets_changed', 'tb_lease', 'tb_lease_wait')
 ORDER BY p.oid::regprocedure::text;
 
 -- and the objects are those of a fresh install
@@ -107,7 +114,9 @@ END $$;
 REVOKE EXECUTE ON FUNCTION tb_try(text, float8) FROM regress_tb_upgrade_worker;
 REVOKE EXECUTE ON FUNCTION tb_pause_until(text, timestamptz) FROM regress_tb_upgrade_worker;
 REVOKE EXECUTE ON FUNCTION tb_create(text, float8, float8, interval, boolean) FROM regress_tb_upgrade_worker;
+REVOKE EXECUTE ON FUNCTION tb_lease(text, integer, text, interval, float8) FROM regress_tb_upgrade_worker;
 GRANT EXECUTE ON FUNCTION tb_try(text, float8) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION tb_lease(text, integer, text, interval, float8) TO PUBLIC;
 CREATE TEMP TABLE upgraded AS SELECT * FROM pg_temp.objects() AS o(object);
 SELECT count(*) > 30 AS many_objects FROM upgraded;
 DROP EXTENSION tokenbucket;
@@ -135,6 +144,10 @@ SELECT pg_temp.install_and_update('1.3');
 SELECT pg_temp.differences() AS from_1_3;
 SELECT pg_temp.install_and_update('1.4');
 SELECT pg_temp.differences() AS from_1_4;
+SELECT pg_temp.install_and_update('1.5');
+SELECT pg_temp.differences() AS from_1_5;
+SELECT pg_temp.install_and_update('1.6');
+SELECT pg_temp.differences() AS from_1_6;
 DROP EXTENSION tokenbucket;
 CREATE EXTENSION tokenbucket;
 
