@@ -39,9 +39,12 @@ SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 ALTER EXTENSION tokenbucket UPDATE TO '1.6';
 SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 
--- under 1.6, a DBA let the role make limits and read the leases
+-- under 1.6, a DBA let the role make limits and read the leases, and kept
+-- leases to it
 GRANT EXECUTE ON FUNCTION tb_create_limit(text, integer) TO regress_tb_upgrade_worker;
 GRANT SELECT ON tb_leases TO regress_tb_upgrade_worker;
+REVOKE EXECUTE ON FUNCTION tb_lease(text, integer, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION tb_lease(text, integer, text, interval) TO regress_tb_upgrade_worker;
 
 ALTER EXTENSION tokenbucket UPDATE TO '1.7';
 SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
@@ -65,7 +68,8 @@ SELECT p.oid::regprocedure AS function,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public
 FROM pg_proc p
 WHERE p.proname IN ('tb_try', 'tb_pause_until', 'tb_pause', 'tb_refund', 'tb_try_all', 'tb_create',
-                    'tb_buckets_changed', 'tb_create_limit', 'tb_memory_leases')
+                    'tb_buckets_changed', 'tb_create_limit', 'tb_memory_leases', 'tb_lease',
+                    'tb_lease_wait')
 ORDER BY p.oid::regprocedure::text;
 
 -- and the objects are those of a fresh install
@@ -121,7 +125,9 @@ REVOKE EXECUTE ON FUNCTION tb_create(text, float8, float8, interval, boolean) FR
 REVOKE EXECUTE ON FUNCTION tb_create_limit(text, integer, boolean) FROM regress_tb_upgrade_worker;
 REVOKE EXECUTE ON FUNCTION tb_memory_leases() FROM regress_tb_upgrade_worker;
 REVOKE SELECT ON tb_leases FROM regress_tb_upgrade_worker;
+REVOKE EXECUTE ON FUNCTION tb_lease(text, integer, text, interval, float8) FROM regress_tb_upgrade_worker;
 GRANT EXECUTE ON FUNCTION tb_try(text, float8) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION tb_lease(text, integer, text, interval, float8) TO PUBLIC;
 CREATE TEMP TABLE upgraded AS SELECT * FROM pg_temp.objects() AS o(object);
 SELECT count(*) > 30 AS many_objects FROM upgraded;
 DROP EXTENSION tokenbucket;

@@ -77,28 +77,60 @@ timestamp_saturate(double usecs)
 }
 
 /*
- * Whether the bucket grants "cost" tokens at "at": it is not paused, holds
- * them, and can account for them.  This is the grant decision;
- * bucket_take() and bucket_ready_at() both use it, so a client told to
- * come back at a moment is granted at that moment.  It never turns from
- * true to false as "at" grows, which bucket_ready_at() relies on.
+ * Whether a bucket of "capacity" that is "after" tokens short of full once
+ * a take is made still holds "reserve" x capacity tokens: the reserve rule.
+ * after <= capacity: no take ever leaves the bucket in debt.  With a
+ * reserve, after + reserve x capacity <= capacity, to within
+ * BUCKET_RESERVE_SLACK of the capacity, so that a boundary typed in
+ * decimals (capacity 10, reserve 0.2, cost 8 on a full bucket) is granted
+ * and anything a resolvable cost above it (8.000001) is not.  It is written
+ * as (after - capacity) + reserve x capacity, which no capacity up to
+ * DBL_MAX overflows.  Without a reserve (0), exactly after <= capacity.
  */
-bool
-bucket_holds(const Bucket *bucket, double cost, TimestampTz at)
+static inline bool
+leaves_reserve(double capacity, double after, double reserve)
 {
-	return at >= bucket->paused_until &&
-		bucket_cost_resolvable(bucket->capacity, cost) &&
-		bucket_deficit_at(bucket, at) + cost <= bucket->capacity;
+	return after <= capacity &&
+		(reserve == 0 ||
+		 (after - capacity) + reserve * capacity <= capacity * BUCKET_RESERVE_SLACK);
 }
 
 /*
- * Take "cost" tokens at "at" if the bucket holds them.  Returns false and
- * leaves the bucket untouched otherwise.
+ * Whether a full bucket of "capacity" grants "cost" with "reserve": false
+ * for a request no bucket of that capacity could ever grant.
  */
 bool
-bucket_take(Bucket *bucket, double cost, TimestampTz at)
+bucket_fits(double capacity, double cost, double reserve)
 {
-	if (!bucket_holds(bucket, cost, at))
+	return leaves_reserve(capacity, cost, reserve);
+}
+
+/*
+ * Whether the bucket grants "cost" tokens at "at" and still holds
+ * "reserve" (a share of its capacity, 0 for none) afterwards: it is not
+ * paused, holds them, and can account for them (leaves_reserve()).  This
+ * is the grant decision; bucket_take() and bucket_ready_at() both use it,
+ * so a client told to come back at a moment is granted at that moment.
+ * It never turns from true to false as "at" grows, which bucket_ready_at()
+ * relies on.
+ */
+bool
+bucket_holds(const Bucket *bucket, double cost, double reserve, TimestampTz at)
+{
+	return at >= bucket->paused_until &&
+		bucket_cost_resolvable(bucket->capacity, cost) &&
+		leaves_reserve(bucket->capacity, bucket_deficit_at(bucket, at) + cost,
+					   reserve);
+}
+
+/*
+ * Take "cost" tokens at "at" if the bucket holds them and its "reserve"
+ * besides.  Returns false and leaves the bucket untouched otherwise.
+ */
+bool
+bucket_take(Bucket *bucket, double cost, double reserve, TimestampTz at)
+{
+	if (!bucket_holds(bucket, cost, reserve, at))
 		return false;
 
 	bucket->deficit = bucket_deficit_at(bucket, at) + cost;
@@ -108,45 +140,47 @@ bucket_take(Bucket *bucket, double cost, TimestampTz at)
 
 /*
  * The first microsecond, not before "at", at which the bucket holds "cost"
- * tokens: exactly the first one bucket_holds() accepts, at any capacity
- * and rate.  The estimate from the refill rate is usually that microsecond
+ * tokens and its "reserve" besides: exactly the first one bucket_holds()
+ * accepts, at any capacity and rate.  The estimate from the refill rate is usually that microsecond
  * already; when rounding makes it miss (huge capacities, tiny rates), a
  * bisection finds it.  Waits are capped at BUCKET_MAX_WAIT_USECS, and a
  * moment past the last timestamptz is infinity.
  */
 TimestampTz
-bucket_ready_at(const Bucket *bucket, double cost, TimestampTz at)
+bucket_ready_at(const Bucket *bucket, double cost, double reserve,
+				TimestampTz at)
 {
 	TimestampTz lo = Max(Max(at, bucket->updated_at), bucket->paused_until);
 	TimestampTz hi;
 	TimestampTz guess;
 	double		wait;
 
-	if (bucket_holds(bucket, cost, at))
+	if (bucket_holds(bucket, cost, reserve, at))
 		return at;
 	if (lo >= END_TIMESTAMP)
 		return DT_NOEND;
-	if (bucket_holds(bucket, cost, lo))
+	if (bucket_holds(bucket, cost, reserve, lo))
 		return lo;
 	if (pg_add_s64_overflow(lo, BUCKET_MAX_WAIT_USECS, &hi) || hi >= END_TIMESTAMP)
 		hi = END_TIMESTAMP;
-	if (!bucket_holds(bucket, cost, hi))
+	if (!bucket_holds(bucket, cost, reserve, hi))
 		return hi >= END_TIMESTAMP ? DT_NOEND : hi;
 
 	/* now lo is refused and hi granted; start from the estimate */
-	wait = ceil((bucket->deficit + cost - bucket->capacity) /
+	wait = ceil((bucket->deficit + cost + reserve * bucket->capacity -
+				 bucket->capacity) /
 				bucket->refill_rate * USECS_PER_SEC);
 	if (wait > 0 && wait < (double) BUCKET_MAX_WAIT_USECS &&
 		!pg_add_s64_overflow(bucket->updated_at, (int64) wait, &guess) &&
 		guess > lo && guess < hi)
 	{
-		if (bucket_holds(bucket, cost, guess))
+		if (bucket_holds(bucket, cost, reserve, guess))
 		{
-			if (!bucket_holds(bucket, cost, guess - 1))
+			if (!bucket_holds(bucket, cost, reserve, guess - 1))
 				return guess;
 			hi = guess;
 		}
-		else if (bucket_holds(bucket, cost, guess + 1))
+		else if (bucket_holds(bucket, cost, reserve, guess + 1))
 			return guess + 1;
 		else
 			lo = guess;
@@ -155,7 +189,7 @@ bucket_ready_at(const Bucket *bucket, double cost, TimestampTz at)
 	{
 		TimestampTz mid = lo + (hi - lo) / 2;
 
-		if (bucket_holds(bucket, cost, mid))
+		if (bucket_holds(bucket, cost, reserve, mid))
 			hi = mid;
 		else
 			lo = mid;
@@ -173,7 +207,7 @@ bucket_full_at(const Bucket *bucket)
 	Bucket		unpaused = *bucket;
 
 	unpaused.paused_until = DT_NOBEGIN;
-	return bucket_ready_at(&unpaused, bucket->capacity, bucket->updated_at);
+	return bucket_ready_at(&unpaused, bucket->capacity, 0, bucket->updated_at);
 }
 
 /*
@@ -256,20 +290,24 @@ PG_FUNCTION_INFO_V1(tb_take);
 
 /*
  * tb_take(capacity, refill_rate, deficit, updated_at, [paused_until,] cost,
- * at): the deficit after taking "cost" tokens at "at", or NULL when the
- * bucket does not grant them.  The acquire UPDATE uses it both to filter
- * and to set the row.  Version 1.0 declared it without paused_until.
+ * at [, reserve]): the deficit after taking "cost" tokens at "at", or NULL
+ * when the bucket does not grant them (with "reserve": unless it still
+ * holds that share of its capacity afterwards).  The acquire UPDATE uses
+ * it both to filter and to set the row.  Version 1.0 declared it without
+ * paused_until, 1.7 added the form with reserve (a statement of its own,
+ * so that a take without one runs the statement it always did).
  */
 Datum
 tb_take(PG_FUNCTION_ARGS)
 {
 	Bucket		bucket = bucket_from_args(fcinfo);
-	int			cost_arg = PG_NARGS() == 7 ? 5 : 4;
+	int			cost_arg = PG_NARGS() >= 7 ? 5 : 4;
+	double		reserve = PG_NARGS() == 8 ? PG_GETARG_FLOAT8(7) : 0;
 
-	if (PG_NARGS() == 7)
+	if (PG_NARGS() >= 7)
 		bucket.paused_until = PG_GETARG_TIMESTAMPTZ(4);
 	take_seen = bucket;
-	take_seen_denied = !bucket_take(&bucket, PG_GETARG_FLOAT8(cost_arg),
+	take_seen_denied = !bucket_take(&bucket, PG_GETARG_FLOAT8(cost_arg), reserve,
 									PG_GETARG_TIMESTAMPTZ(cost_arg + 1));
 	if (take_seen_denied)
 		PG_RETURN_NULL();
@@ -300,7 +338,7 @@ tb_ready_at(PG_FUNCTION_ARGS)
 	Bucket		bucket = bucket_from_args(fcinfo);
 
 	bucket.paused_until = PG_GETARG_TIMESTAMPTZ(4);
-	PG_RETURN_TIMESTAMPTZ(bucket_ready_at(&bucket, PG_GETARG_FLOAT8(5),
+	PG_RETURN_TIMESTAMPTZ(bucket_ready_at(&bucket, PG_GETARG_FLOAT8(5), 0,
 										  PG_GETARG_TIMESTAMPTZ(6)));
 }
 

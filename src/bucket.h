@@ -32,6 +32,17 @@
  */
 #define BUCKET_COST_RESOLUTION	(1.0 / 4294967296.0)
 
+/*
+ * How far past the capacity, as a fraction of it (2^-48), a take with a
+ * reserve may reach and still be granted: float8 rounding only.  A reserve
+ * and a cost typed as decimals (0.2 and 8 of a capacity of 10) are binary
+ * fractions that miss their sum by a few units of the capacity's last
+ * place (2^-52 of it); so the boundary is granted as written, and the
+ * slack is a 65536th of the smallest cost a bucket accounts for.  A limit's
+ * reserve of slots uses it too (lease.c).
+ */
+#define BUCKET_RESERVE_SLACK	(1.0 / 281474976710656.0)
+
 typedef struct Bucket
 {
 	double		capacity;		/* most tokens the bucket holds */
@@ -45,10 +56,13 @@ extern double bucket_deficit_at(const Bucket *bucket, TimestampTz at);
 extern double bucket_tokens_at(const Bucket *bucket, TimestampTz at);
 extern bool bucket_cost_resolvable(double capacity, double cost);
 extern TimestampTz timestamp_saturate(double usecs);
-extern bool bucket_holds(const Bucket *bucket, double cost, TimestampTz at);
-extern bool bucket_take(Bucket *bucket, double cost, TimestampTz at);
+extern bool bucket_fits(double capacity, double cost, double reserve);
+extern bool bucket_holds(const Bucket *bucket, double cost, double reserve,
+						 TimestampTz at);
+extern bool bucket_take(Bucket *bucket, double cost, double reserve,
+						TimestampTz at);
 extern TimestampTz bucket_ready_at(const Bucket *bucket, double cost,
-								   TimestampTz at);
+								   double reserve, TimestampTz at);
 extern TimestampTz bucket_full_at(const Bucket *bucket);
 extern void bucket_reconfigure(Bucket *bucket, double capacity,
 							   double refill_rate, TimestampTz at);

@@ -25,6 +25,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/float.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
@@ -341,4 +342,29 @@ installation_dropped(ObjectAccessType access, Oid classId, Oid objectId, int sub
 	*dbid = MyDatabaseId;
 	*relid = objectId;
 	return true;
+}
+
+/*
+ * The reserve argument "argno" of the SQL function called: the share of
+ * a bucket's capacity (or of a limit's slots) a call must leave for
+ * others, from 0 (none) up to but not including 1.  0 when the function
+ * has no such argument (argno -1: its SQL forms have none) or it is NULL
+ * (a function that is not STRICT: no reserve).
+ */
+double
+reserve_arg(FunctionCallInfo fcinfo, int argno)
+{
+	double		reserve;
+
+	if (argno < 0 || PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return 0;
+	reserve = PG_GETARG_FLOAT8(argno);
+	if (!(reserve >= 0 && reserve < 1))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("reserve must be a finite number of 0 or more and below 1, not %s",
+						float8out_internal(reserve)),
+				 errdetail("A reserve is the share of a bucket's capacity, or of a limit's slots, that must be left after the call: 0.2 keeps the last 20%% for calls without it."),
+				 errhint("Pass a share such as 0.2, or 0 for none (as without reserve).")));
+	return reserve;
 }

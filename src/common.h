@@ -42,6 +42,9 @@ extern bool is_template_key(const char *name, int len);
 extern bool interval_usecs(Interval *span, double *usecs);
 extern TimestampTz deadline_after(Interval *timeout, TimestampTz now);
 
+/* A reserve argument: a share of capacity or slots to leave (0: none). */
+extern double reserve_arg(FunctionCallInfo fcinfo, int argno);
+
 /* The server must be a primary for anything that changes a bucket. */
 extern void check_primary(void);
 

@@ -41,6 +41,7 @@
 #include "postgres.h"
 
 #include <limits.h>
+#include <math.h>
 
 #include "access/transam.h"
 #include "access/xact.h"
@@ -59,6 +60,7 @@
 #include "utils/acl.h"
 #include "utils/backend_status.h"
 #include "utils/builtins.h"
+#include "utils/float.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
@@ -481,6 +483,21 @@ static KeptPlan take_plan = {
 		TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, INT4OID, TIMESTAMPTZOID, XID8OID}
 };
 
+/*
+ * Up to $3 free slots of $1 within its max_in_flight $2 at $4, none
+ * another transaction has locked, locked: the slots a lease with a reserve
+ * leaves free (reserve_left()).
+ */
+static KeptPlan reserve_plan = {
+	.sql = "SELECT f.slot FROM %1$s.tb_lease_slots AS f"
+	" WHERE f.name OPERATOR(pg_catalog.=) $1"
+	" AND f.slot OPERATOR(pg_catalog.<=) $2"
+	" AND (f.lease IS NULL OR f.expires OPERATOR(pg_catalog.<=) $4"
+	"  OR NOT %1$s.tb_holder_alive(f.pid, f.started, f.xid))"
+	" ORDER BY f.slot LIMIT $3 FOR UPDATE OF f SKIP LOCKED",
+	.nargs = 4, .argtypes = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID}
+};
+
 /* When the first lease of $1 with a ttl ends, after $2. */
 static KeptPlan next_expiry_plan = {
 	.sql = "SELECT pg_catalog.min(expires) FROM %1$s.tb_lease_slots"
@@ -499,6 +516,7 @@ typedef struct LeaseAsk
 	int32		slots;
 	LeaseHold	hold;
 	double		ttl_usecs;		/* <= 0: none */
+	double		reserve;		/* share of max_in_flight to leave (0: none) */
 	TimestampTz now;			/* for lease_take_step() */
 	int64		lease;			/* the id, once granted */
 	bool		memory;			/* its limit is a memory limit */
@@ -555,39 +573,120 @@ typedef struct LimitFound
 } LimitFound;
 
 /*
- * The limit of "ask", committed (and this transaction's own); fail if
- * there is none, or it can never grant ask->slots.
+ * The limit of "ask", committed (and this transaction's own), into
+ * *found; false if there is none.
  */
-static LimitFound
-find_limit(LeaseAsk *ask)
+static bool
+limit_lookup(LeaseAsk *ask, LimitFound *found)
 {
 	Datum		args[1] = {PointerGetDatum(ask->name)};
 	HeapTuple	row;
 	TupleDesc	desc;
 	bool		isnull;
-	LimitFound	found;
 
 	if (plan_run_latest(&limit_plan, ask->relid, args, NULL) == 0)
-		report_no_limit(ask->name);
+		return false;
 	row = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
-	found.max_in_flight = DatumGetInt32(SPI_getbinval(row, desc, 1, &isnull));
-	found.memory = DatumGetBool(SPI_getbinval(row, desc, 2, &isnull));
-	found.template_len = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
-	ask->template_len = found.template_len;
-	found.made = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
+	found->max_in_flight = DatumGetInt32(SPI_getbinval(row, desc, 1, &isnull));
+	found->memory = DatumGetBool(SPI_getbinval(row, desc, 2, &isnull));
+	found->template_len = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
+	found->made = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
 	if (isnull)
-		found.made = 0;
+		found->made = 0;
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = NULL;
+	ask->template_len = found->template_len;
+	return true;
+}
 
+/*
+ * The slots a lease with "reserve" must leave free of a limit of
+ * "max_in_flight": reserve x max_in_flight, rounded up to a whole slot
+ * (to within BUCKET_RESERVE_SLACK, as for a bucket, so that 0.2 of 10 is
+ * 2, not 3).
+ */
+static int32
+reserve_slots(int32 max_in_flight, double reserve)
+{
+	double		keep = ceil(reserve * max_in_flight -
+							max_in_flight * BUCKET_RESERVE_SLACK);
+
+	return keep > 0 ? (int32) keep : 0;
+}
+
+/*
+ * The limit of "ask"; fail if there is none, or it can never grant
+ * ask->slots (with its reserve).
+ */
+static LimitFound
+find_limit(LeaseAsk *ask)
+{
+	LimitFound	found;
+
+	if (!limit_lookup(ask, &found))
+		report_no_limit(ask->name);
 	if (ask->slots > found.max_in_flight)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%d slots can never be leased from limit \"%s\"",
 						ask->slots, text_to_cstring(ask->name)),
 				 errdetail("A lease takes at most the limit's max_in_flight slots.")));
+	if (ask->slots > found.max_in_flight - reserve_slots(found.max_in_flight, ask->reserve))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%d slots with reserve %s can never be leased from limit \"%s\"",
+						ask->slots, float8out_internal(ask->reserve),
+						text_to_cstring(ask->name)),
+				 errdetail("A lease with a reserve leaves that share of the limit's max_in_flight slots free, rounded up to whole slots, and takes at most the rest."),
+				 errhint("Lease fewer slots, ask with a smaller reserve, or have the limit raised with tb_alter_limit().")));
 	return found;
+}
+
+/* reserve_left()'s look, in a subtransaction rolled back after it. */
+typedef struct ReserveLook
+{
+	LeaseAsk   *ask;
+	int32		max_in_flight;
+	int32		keep;
+	TimestampTz now;
+	uint64		free;			/* what it found */
+} ReserveLook;
+
+static bool
+reserve_look_step(void *arg)
+{
+	ReserveLook *look = arg;
+	Datum		args[4] = {PointerGetDatum(look->ask->name),
+		Int32GetDatum(look->max_in_flight), Int32GetDatum(look->keep),
+	TimestampTzGetDatum(look->now)};
+
+	look->free = plan_run(&reserve_plan, look->ask->relid, args, NULL);
+	return false;				/* let go of the slots it locked */
+}
+
+/*
+ * Whether the table limit of "ask", its slots just taken by this
+ * transaction, still has the slots its reserve keeps free at "now": free,
+ * and locked by no other transaction (one taking or releasing a slot
+ * counts as holding it).  They are locked to be counted (two leases
+ * deciding at once never count the same free slot) and let go at once (a
+ * subtransaction rolled back), so nobody else ever sees them held.
+ */
+static bool
+reserve_left(LeaseAsk *ask, TimestampTz now)
+{
+	ReserveLook look = {.ask = ask, .now = now};
+	LimitFound	limit;
+
+	if (!limit_lookup(ask, &limit))
+		return false;			/* dropped meanwhile */
+	look.max_in_flight = limit.max_in_flight;
+	look.keep = reserve_slots(look.max_in_flight, ask->reserve);
+	if (look.keep == 0)
+		return true;
+	(void) subxact_run(reserve_look_step, &look, 0, NULL);
+	return look.free >= (uint64) look.keep;
 }
 
 /*
@@ -606,6 +705,7 @@ lease_memory(LeaseAsk *ask, const LimitFound *limit, uint64 generation,
 		.template_len = limit->template_len,
 		.max_in_flight = limit->max_in_flight,
 		.slots = ask->slots,
+		.keep = reserve_slots(limit->max_in_flight, ask->reserve),
 		.session = ask->hold == HOLD_SESSION,
 		.ttl_usecs = ask->ttl_usecs,
 		.holder = ask->caller,
@@ -699,6 +799,8 @@ lease_take(LeaseAsk *ask, TimestampTz now)
 	}
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = NULL;
+	if (ask->reserve > 0 && !reserve_left(ask, now))
+		return false;			/* the caller rolls the take back */
 	if (freed.expired > 0 || freed.ended > 0)
 		count_limit(ask, &freed);
 
@@ -719,14 +821,14 @@ lease_take_step(void *arg)
 }
 
 /*
- * lease_take(), all or nothing: a lease of several slots runs in a
- * subtransaction of its own, so that finding fewer free leaves none taken
- * (nor its rows locked).
+ * lease_take(), all or nothing: a lease of several slots, or with a
+ * reserve, runs in a subtransaction of its own, so that finding fewer free
+ * (or the reserve short) leaves none taken (nor its rows locked).
  */
 static bool
 lease_take_whole(LeaseAsk *ask, TimestampTz now)
 {
-	if (ask->slots == 1)
+	if (ask->slots == 1 && ask->reserve == 0)
 		return lease_take(ask, now);
 	ask->now = now;
 	return subxact_run(lease_take_step, ask, 0, NULL);
@@ -846,6 +948,7 @@ lease_with(FunctionCallInfo fcinfo, const LeaseRequest *request, bool wait,
 	ask.slots = request->slots;
 	ask.hold = parse_hold(request->hold);
 	ask.ttl_usecs = request->ttl == NULL ? 0 : ttl_usecs(request->ttl);
+	ask.reserve = request->reserve;
 	check_limit_name(ask.name);
 	if (is_template_name(ask.name))
 		ereport(ERROR,
@@ -911,8 +1014,9 @@ request_from_args(FunctionCallInfo fcinfo)
 PG_FUNCTION_INFO_V1(tb_lease);
 
 /*
- * tb_lease(name, slots, hold, ttl): lease "slots" slots of limit "name";
- * the lease id, or NULL (nothing taken) when they are not free.
+ * tb_lease(name, slots, hold, ttl, reserve): lease "slots" slots of limit
+ * "name"; the lease id, or NULL (nothing taken) when they are not free (or
+ * would not leave the reserve's share of slots free; NULL: no reserve).
  */
 Datum
 tb_lease(PG_FUNCTION_ARGS)
@@ -924,6 +1028,7 @@ tb_lease(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
 		PG_RETURN_NULL();
 	request = request_from_args(fcinfo);
+	request.reserve = reserve_arg(fcinfo, 4);
 	if (!lease_with(fcinfo, &request, false, 0, &id))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(id);
@@ -932,9 +1037,10 @@ tb_lease(PG_FUNCTION_ARGS)
 PG_FUNCTION_INFO_V1(tb_lease_wait);
 
 /*
- * tb_lease_wait(name, slots, hold, ttl, timeout): tb_lease, waiting in
- * arrival order until the slots are free, or NULL once "timeout" passed
- * (NULL: no limit but statement_timeout).
+ * tb_lease_wait(name, slots, hold, ttl, timeout, reserve): tb_lease,
+ * waiting in arrival order until the slots are free (with the reserve's
+ * besides), or NULL once "timeout" passed (NULL: no limit but
+ * statement_timeout).
  */
 Datum
 tb_lease_wait(PG_FUNCTION_ARGS)
@@ -948,6 +1054,7 @@ tb_lease_wait(PG_FUNCTION_ARGS)
 	deadline = deadline_after(PG_ARGISNULL(4) ? NULL : PG_GETARG_INTERVAL_P(4),
 							  GetCurrentTimestamp());
 	request = request_from_args(fcinfo);
+	request.reserve = reserve_arg(fcinfo, 5);
 	if (!lease_with(fcinfo, &request, true, deadline, &id))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(id);

@@ -21,6 +21,8 @@ typedef struct LeaseRequest
 	int32		slots;
 	text	   *hold;			/* 'session' or 'transaction' */
 	Interval   *ttl;			/* NULL: none */
+	double		reserve;		/* share of max_in_flight to leave free (0:
+								 * none) */
 
 	/*
 	 * Optional: more to take with the lease, all or nothing: true when it

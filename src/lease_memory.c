@@ -424,16 +424,13 @@ released_here(const LimitEntry *limit)
 
 /*
  * Whether ask->slots more fit in "limit", with "released" of its slots
- * free for this transaction: within max_in_flight, and with ask->reserve
- * of it left free afterwards.
+ * free for this transaction: within max_in_flight, with ask->keep of it
+ * left free afterwards (a reserve's).
  */
 static bool
 fits(const LimitEntry *limit, const MemoryLeaseAsk *ask, int32 released)
 {
-	int64		after = (int64) limit->held - released + ask->slots;
-
-	return after <= ask->max_in_flight &&
-		(double) (ask->max_in_flight - after) >= ask->reserve * ask->max_in_flight;
+	return (int64) limit->held - released + ask->slots + ask->keep <= ask->max_in_flight;
 }
 
 /* Whether "forget" takes limit entry "limit". */

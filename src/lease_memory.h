@@ -23,7 +23,7 @@ typedef struct MemoryLeaseAsk
 	int			template_len;	/* its template's name length (0: none) */
 	int32		max_in_flight;	/* as its committed configuration says */
 	int32		slots;
-	double		reserve;		/* share of max_in_flight to leave free */
+	int32		keep;			/* slots to leave free: its reserve's */
 	bool		session;		/* hold => 'session' (else 'transaction') */
 	double		ttl_usecs;		/* <= 0: none */
 	Oid			holder;			/* the role that holds it */

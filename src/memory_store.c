@@ -103,7 +103,7 @@ memory_take(Oid relid, Request *request, TimestampTz now)
 	if (!entry->used)
 		entry->used = true;
 	SpinLockAcquire(&entry->mutex);
-	granted = bucket_take(&entry->bucket, request->cost, now);
+	granted = bucket_take(&entry->bucket, request->cost, request->reserve, now);
 	request->bucket = entry->bucket;
 	SpinLockRelease(&entry->mutex);
 	request->template_len = memory_template_name_len(entry);
@@ -184,7 +184,8 @@ memory_take_all(Oid relid, Request *requests, int nrequests, TimestampTz now)
 	{
 		if (!memory_peek(relid, &requests[i]))
 			return STORE_ABSENT;
-		if (!bucket_holds(&requests[i].bucket, requests[i].cost, now))
+		if (!bucket_holds(&requests[i].bucket, requests[i].cost, requests[i].reserve,
+						  now))
 			granted = false;
 	}
 	if (!granted)

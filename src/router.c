@@ -34,6 +34,7 @@
 #include "miscadmin.h"
 #include "router.h"
 #include "utils/builtins.h"
+#include "utils/float.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
@@ -100,9 +101,10 @@ report_missing(text *name)
 
 /*
  * Fail when a request's cost could never be granted by its bucket: above
- * its capacity, or too small for its arithmetic to account for.  The
- * message names no setting of the bucket: the caller may not be allowed to
- * read them (tb_status shows them to whoever may).
+ * its capacity, above what it holds beyond the request's reserve when full,
+ * or too small for its arithmetic to account for.  The message names no
+ * setting of the bucket: the caller may not be allowed to read them
+ * (tb_status shows them to whoever may).
  */
 static void
 check_cost(const Request *request)
@@ -114,6 +116,15 @@ check_cost(const Request *request)
 						request->cost, text_to_cstring(request->name)),
 				 errdetail("The bucket can never hold that many tokens, so this request could never be granted."),
 				 errhint("Split the request, or have the bucket's capacity raised with tb_alter().")));
+	if (!bucket_fits(request->bucket.capacity, request->cost, request->reserve))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cost %s with reserve %s exceeds what token bucket \"%s\" can grant",
+						float8out_internal(request->cost),
+						float8out_internal(request->reserve),
+						text_to_cstring(request->name)),
+				 errdetail("Even full, the bucket never holds that many tokens beyond the reserve's share of its capacity, so this request could never be granted."),
+				 errhint("Split the request, ask with a smaller reserve, or have the bucket's capacity raised with tb_alter().")));
 	if (!bucket_cost_resolvable(request->bucket.capacity, request->cost))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -233,7 +244,7 @@ take_one(Oid relid, Request *request, TimestampTz now)
 	if (request->cost == 0)
 	{
 		peek_one(relid, request, now);
-		return bucket_holds(&request->bucket, 0, now);
+		return bucket_holds(&request->bucket, 0, request->reserve, now);
 	}
 
 	/* more rounds only when the bucket was made or changed meanwhile */
@@ -261,7 +272,7 @@ take_one(Oid relid, Request *request, TimestampTz now)
 		/* a table template's bucket: made already taken from, in one INSERT */
 		request->bucket = table_store.absent(&config.bucket, now);
 		check_cost(request);
-		if (!bucket_take(&request->bucket, request->cost, now))
+		if (!bucket_take(&request->bucket, request->cost, request->reserve, now))
 			elog(ERROR, "a new bucket did not grant a cost within its capacity");
 		if (table_store.make(relid, request->name, &request->bucket,
 							 config.template_len, 0, false) == STORE_MADE)
@@ -314,7 +325,8 @@ take_all(Oid relid, Request *requests, int nrequests, TimestampTz now)
 	for (int i = 0; i < nrequests; i++)
 	{
 		peek_one(relid, &requests[i], now);
-		if (!bucket_holds(&requests[i].bucket, requests[i].cost, now))
+		if (!bucket_holds(&requests[i].bucket, requests[i].cost,
+						  requests[i].reserve, now))
 			granted = false;
 	}
 	if (!granted)
@@ -394,7 +406,8 @@ count_decision(FunctionCallInfo fcinfo, const Request *requests, int nrequests,
 	if (!stats_enabled())
 		return;
 	for (int i = 0; i < nrequests && !granted; i++)
-		any_short |= !bucket_holds(&requests[i].bucket, requests[i].cost, now);
+		any_short |= !bucket_holds(&requests[i].bucket, requests[i].cost,
+								   requests[i].reserve, now);
 	for (int i = 0; i < nrequests; i++)
 	{
 		StatsCounters delta = {0};
@@ -404,7 +417,8 @@ count_decision(FunctionCallInfo fcinfo, const Request *requests, int nrequests,
 			delta.granted = 1;
 			delta.granted_tokens = requests[i].cost;
 		}
-		else if (any_short && bucket_holds(&requests[i].bucket, requests[i].cost, now))
+		else if (any_short && bucket_holds(&requests[i].bucket, requests[i].cost,
+											requests[i].reserve, now))
 			continue;
 		else
 			delta.denied = 1;

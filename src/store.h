@@ -35,6 +35,7 @@ typedef struct Request
 {
 	text	   *name;
 	double		cost;
+	double		reserve;		/* share of capacity to leave (0: none) */
 	int			position;		/* where the caller named it */
 	Bucket		bucket;			/* state after the decision */
 	int			template_len;	/* the length of its template's name (0:
@@ -81,9 +82,10 @@ typedef struct StoreRoutine
 	void		(*init) (void);
 
 	/*
-	 * Take request->cost from the bucket at "now" if it holds that many,
-	 * leaving its state after the decision in request->bucket.  A cost the
-	 * bucket could never grant is denied (the router says why).
+	 * Take request->cost from the bucket at "now" if it holds that many and
+	 * request->reserve besides (bucket_take()), leaving its state after the
+	 * decision in request->bucket.  A cost the bucket could never grant is
+	 * denied (the router says why).
 	 */
 	StoreResult (*take) (Oid relid, Request *request, TimestampTz now);
 

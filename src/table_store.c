@@ -59,6 +59,23 @@ static KeptPlan take_plan = {
 	.nargs = 3, .argtypes = {TEXTOID, FLOAT8OID, TIMESTAMPTZOID}
 };
 
+/*
+ * The grant with a reserve ($4): tb_take()'s form that leaves it.  A
+ * statement of its own, so that a grant without one runs the statement it
+ * always ran, planned as before.
+ */
+#define TAKE_RESERVE_ARGS TAKE_ARGS ", $4"
+static KeptPlan take_reserve_plan = {
+	.sql = "UPDATE %1$s.tb_buckets AS b"
+	" SET deficit = %1$s.tb_take(" TAKE_RESERVE_ARGS "),"
+	" updated_at = GREATEST(b.updated_at, $3)"
+	" WHERE b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
+	" AND CASE WHEN b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
+	" THEN %1$s.tb_take(" TAKE_RESERVE_ARGS ") END IS NOT NULL"
+	" RETURNING " BUCKET_COLUMNS,
+	.nargs = 4, .argtypes = {TEXTOID, FLOAT8OID, TIMESTAMPTZOID, FLOAT8OID}
+};
+
 static KeptPlan peek_plan = {
 	.sql = "SELECT " BUCKET_COLUMNS " FROM %1$s.tb_buckets"
 	" WHERE name OPERATOR(pg_catalog.=) $1 AND NOT memory",
@@ -117,17 +134,22 @@ static KeptPlan purge_plan = {
 	.nargs = 3, .argtypes = {TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID}
 };
 
-/* take(): the acquire UPDATE; a denial is told from absence by tb_take(). */
+/*
+ * take(): the acquire UPDATE (with a reserve, its own); a denial is told
+ * from absence by tb_take().
+ */
 static StoreResult
 table_take(Oid relid, Request *request, TimestampTz now)
 {
-	Datum		args[3];
+	Datum		args[4];
 
 	args[0] = PointerGetDatum(request->name);
 	args[1] = Float8GetDatum(request->cost);
 	args[2] = TimestampTzGetDatum(now);
+	args[3] = Float8GetDatum(request->reserve);
 	take_watch_begin();
-	if (plan_run(&take_plan, relid, args, NULL) == 1)
+	if (plan_run(request->reserve > 0 ? &take_reserve_plan : &take_plan,
+				 relid, args, NULL) == 1)
 	{
 		plan_read_bucket(&request->bucket);
 		return STORE_GRANTED;

@@ -222,10 +222,12 @@ request_name_cmp(const void *a, const void *b)
 
 /*
  * Requests from a names array and an optional costs array (NULL: 1 each),
- * sorted by name; each remembers its position in the arrays.
+ * each with "reserve", sorted by name; each remembers its position in the
+ * arrays.
  */
 static Request *
-requests_from_arrays(ArrayType *names, ArrayType *costs, int *nrequests)
+requests_from_arrays(ArrayType *names, ArrayType *costs, double reserve,
+					 int *nrequests)
 {
 	Datum	   *name_datums;
 	bool	   *name_nulls;
@@ -268,6 +270,7 @@ requests_from_arrays(ArrayType *names, ArrayType *costs, int *nrequests)
 					 errmsg("names and costs must not contain NULL")));
 		requests[i].name = DatumGetTextPP(name_datums[i]);
 		requests[i].cost = cost_datums ? DatumGetFloat8(cost_datums[i]) : 1.0;
+		requests[i].reserve = reserve;
 		requests[i].position = i;
 		requests[i].template_len = -1;
 		check_bucket_name(requests[i].name);
@@ -286,23 +289,30 @@ requests_from_arrays(ArrayType *names, ArrayType *costs, int *nrequests)
 	return requests;
 }
 
-/* Requests from the names and costs arguments of an *_all function. */
+/*
+ * Requests from the names and costs arguments of an *_all function, and
+ * its reserve argument "reserve_argno" (-1: none).
+ */
 static Request *
-requests_from_args(FunctionCallInfo fcinfo, int *nrequests)
+requests_from_args(FunctionCallInfo fcinfo, int reserve_argno, int *nrequests)
 {
 	return requests_from_arrays(PG_GETARG_ARRAYTYPE_P(0),
 								PG_ARGISNULL(1) ? NULL : PG_GETARG_ARRAYTYPE_P(1),
-								nrequests);
+								reserve_arg(fcinfo, reserve_argno), nrequests);
 }
 
-/* A single request from (name, cost) arguments. */
+/*
+ * A single request from (name, cost) arguments, and the reserve argument
+ * "reserve_argno" (-1: none; past the arguments of the form called: none).
+ */
 static Request
-request_from(text *name, double cost)
+request_from(FunctionCallInfo fcinfo, text *name, double cost, int reserve_argno)
 {
 	Request		request = {.name = name, .cost = cost, .template_len = -1};
 
 	check_bucket_name(name);
 	check_number("cost", cost, false);
+	request.reserve = reserve_arg(fcinfo, reserve_argno);
 	return request;
 }
 
@@ -320,7 +330,8 @@ report_values(const Request *request, bool granted, TimestampTz now,
 			  Datum *values)
 {
 	const Bucket *bucket = &request->bucket;
-	TimestampTz ready = granted ? now : bucket_ready_at(bucket, request->cost, now);
+	TimestampTz ready = granted ? now :
+		bucket_ready_at(bucket, request->cost, request->reserve, now);
 	TimestampTz full = bucket_full_at(bucket);
 
 	values[0] = BoolGetDatum(granted);
@@ -348,12 +359,15 @@ report_datum(FunctionCallInfo fcinfo, const Request *request, bool granted,
 
 PG_FUNCTION_INFO_V1(tb_acquire);
 
-/* tb_acquire(name [, cost]): take cost tokens (default 1) if there. */
+/*
+ * tb_acquire(name [, cost [, reserve]]): take cost tokens (default 1) if
+ * there, and with a reserve, if that share of the capacity is left after.
+ */
 Datum
 tb_acquire(PG_FUNCTION_ARGS)
 {
-	Request		request = request_from(PG_GETARG_TEXT_PP(0),
-									   PG_NARGS() > 1 ? PG_GETARG_FLOAT8(1) : 1.0);
+	Request		request = request_from(fcinfo, PG_GETARG_TEXT_PP(0),
+									   PG_NARGS() > 1 ? PG_GETARG_FLOAT8(1) : 1.0, 2);
 
 	PG_RETURN_BOOL(router_take(fcinfo, &request, 1, GetCurrentTimestamp()));
 }
@@ -361,13 +375,14 @@ tb_acquire(PG_FUNCTION_ARGS)
 PG_FUNCTION_INFO_V1(tb_try);
 
 /*
- * tb_try(name, cost): the acquire decision, with the tokens left, how long
- * until cost tokens are there (zero when granted) and until full.
+ * tb_try(name, cost [, reserve]): the acquire decision, with the tokens
+ * left, how long until cost tokens are there (with the reserve besides;
+ * zero when granted) and until full.
  */
 Datum
 tb_try(PG_FUNCTION_ARGS)
 {
-	Request		request = request_from(PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1));
+	Request		request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
 	TimestampTz now = GetCurrentTimestamp();
 	bool		granted = router_take(fcinfo, &request, 1, now);
 
@@ -377,7 +392,7 @@ tb_try(PG_FUNCTION_ARGS)
 PG_FUNCTION_INFO_V1(tb_peek);
 
 /*
- * tb_peek(name, cost): tb_try's answer without taking anything: the
+ * tb_peek(name, cost [, reserve]): tb_try's answer without taking anything: the
  * decision cost tokens would get now, and the tokens and waits tb_try
  * would report after it (taken on a copy of the bucket).  It locks and
  * writes nothing (a template-made bucket is not made), so it also works
@@ -386,12 +401,12 @@ PG_FUNCTION_INFO_V1(tb_peek);
 Datum
 tb_peek(PG_FUNCTION_ARGS)
 {
-	Request		request = request_from(PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1));
+	Request		request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
 	TimestampTz now = GetCurrentTimestamp();
 	bool		granted;
 
 	router_peek(fcinfo, &request, now);
-	granted = bucket_take(&request.bucket, request.cost, now);
+	granted = bucket_take(&request.bucket, request.cost, request.reserve, now);
 	PG_RETURN_DATUM(report_datum(fcinfo, &request, granted, now));
 }
 
@@ -411,7 +426,7 @@ tb_acquire_wait(PG_FUNCTION_ARGS)
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		PG_RETURN_NULL();
-	request = request_from(PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1));
+	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), -1);
 	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 							  GetCurrentTimestamp());
 	granted = wait_and_take(fcinfo, &request, 1, deadline, &waited_usecs);
@@ -421,7 +436,10 @@ tb_acquire_wait(PG_FUNCTION_ARGS)
 
 PG_FUNCTION_INFO_V1(tb_acquire_all);
 
-/* tb_acquire_all(names, costs): take from every bucket, or from none. */
+/*
+ * tb_acquire_all(names, costs [, reserve]): take from every bucket, or
+ * from none; with a reserve, every bucket must keep that share.
+ */
 Datum
 tb_acquire_all(PG_FUNCTION_ARGS)
 {
@@ -430,7 +448,7 @@ tb_acquire_all(PG_FUNCTION_ARGS)
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_NULL();
-	requests = requests_from_args(fcinfo, &n);
+	requests = requests_from_args(fcinfo, 2, &n);
 	PG_RETURN_BOOL(router_take(fcinfo, requests, n, GetCurrentTimestamp()));
 }
 
@@ -448,7 +466,7 @@ tb_acquire_all_wait(PG_FUNCTION_ARGS)
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_NULL();
-	requests = requests_from_args(fcinfo, &n);
+	requests = requests_from_args(fcinfo, -1, &n);
 	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 							  GetCurrentTimestamp());
 	granted = wait_and_take(fcinfo, requests, n, deadline, &waited_usecs);
@@ -476,9 +494,10 @@ take_buckets(void *arg)
 PG_FUNCTION_INFO_V1(tb_lease_all);
 
 /*
- * tb_lease_all(name, buckets, costs, slots, hold, ttl): a lease of limit
- * "name" and costs[i] tokens (1 each when NULL) from every bucket, all or
- * nothing: the lease id, or NULL with nothing taken.  An AI worker's "one
+ * tb_lease_all(name, buckets, costs, slots, hold, ttl, reserve): a lease of
+ * limit "name" and costs[i] tokens (1 each when NULL) from every bucket,
+ * all or nothing: the lease id, or NULL with nothing taken.  A reserve
+ * (NULL: none) holds for the limit's slots and every bucket alike.  An AI worker's "one
  * of 10 in flight, 1 of 500 requests a minute and 2,000 of 300,000 tokens
  * a minute" in one call.
  */
@@ -491,9 +510,10 @@ tb_lease_all(PG_FUNCTION_ARGS)
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(3) || PG_ARGISNULL(4))
 		PG_RETURN_NULL();
+	request.reserve = reserve_arg(fcinfo, 6);
 	buckets.requests = requests_from_arrays(PG_GETARG_ARRAYTYPE_P(1),
 											PG_ARGISNULL(2) ? NULL : PG_GETARG_ARRAYTYPE_P(2),
-											&buckets.nrequests);
+											request.reserve, &buckets.nrequests);
 	request.name = PG_GETARG_TEXT_PP(0);
 	request.slots = PG_GETARG_INT32(3);
 	request.hold = PG_GETARG_TEXT_PP(4);
@@ -515,7 +535,7 @@ request_position_cmp(const void *a, const void *b)
 PG_FUNCTION_INFO_V1(tb_try_all);
 
 /*
- * tb_try_all(names, costs): tb_acquire_all with a row per bucket, in the
+ * tb_try_all(names, costs [, reserve]): tb_acquire_all with a row per bucket, in the
  * order named: the shared decision, the tokens left, how long until that
  * bucket holds its cost (the ones holding the request back wait longest),
  * and until it is full.
@@ -534,7 +554,7 @@ tb_try_all(PG_FUNCTION_ARGS)
 	n = 0;
 	if (!PG_ARGISNULL(0))
 	{
-		requests = requests_from_args(fcinfo, &n);
+		requests = requests_from_args(fcinfo, 2, &n);
 		granted = router_take(fcinfo, requests, n, now);
 		qsort(requests, n, sizeof(Request), request_position_cmp);
 	}

@@ -289,7 +289,8 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 		}
 		for (int i = 0; i < nrequests; i++)
 			ready = Max(ready, bucket_ready_at(&requests[i].bucket,
-											   requests[i].cost, now));
+											   requests[i].cost,
+											   requests[i].reserve, now));
 		if (!woken)
 			ready = Min(ready, now + RECHECK_USECS);
 		/* at least a millisecond, so that nothing can make this spin */

@@ -35,6 +35,23 @@ SELECT tb_acquire('user:*');
 SELECT tb_acquire('api', 'NaN');
 SELECT tb_acquire(NULL) IS NULL, tb_acquire('api', NULL) IS NULL;
 
+-- a reserve: granted while that share of the capacity is left after
+SELECT tb_reset('api');
+SELECT tb_acquire('api', 7, reserve => 0.2), tb_acquire('api', 1.5, reserve => 0.2),
+       tb_acquire('api', 1, reserve => 0.2);
+SELECT granted, round(remaining::numeric, 2) AS remaining, retry_after_seconds > 3e6 AS far
+FROM tb_try('api', 0.5, reserve => 0.2);
+SELECT granted, round(remaining::numeric, 2) AS remaining FROM tb_peek('api', 0.1, reserve => 0.2);
+SELECT tb_acquire('api', 9, reserve => 0.2);
+SELECT tb_acquire('api', 1, reserve => 1);
+SELECT tb_acquire('api', 1, NULL) IS NULL;
+SELECT tb_acquire_all(ARRAY['{u1}:rpm', '{u1}:tpm'], ARRAY[2, 80], reserve => 0.2),
+       tb_acquire_all(ARRAY['{u1}:rpm', '{u1}:tpm'], ARRAY[1, 80], reserve => 0.2);
+SELECT name, granted, round(remaining::numeric, 2) AS remaining
+FROM tb_try_all(ARRAY['{u1}:rpm', '{u1}:tpm'], NULL, reserve => 0.5);
+SELECT tb_acquire_all(ARRAY['{u1}:rpm'], NULL, reserve => 'NaN');
+SELECT round(tb_sync('api', 0)::numeric, 2), tb_reset('{u1}:rpm'), tb_reset('{u1}:tpm');
+
 -- waiting: 'fast' refills a token a millisecond
 SELECT tb_acquire('fast'), tb_acquire_wait('fast', 1, '10 s'), tb_acquire_wait('fast');
 SELECT tb_acquire_wait('api', 100, '1 ms');
