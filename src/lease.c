@@ -835,16 +835,56 @@ lease_take_whole(LeaseAsk *ask, TimestampTz now)
 }
 
 /*
+ * The memory limit this backend leased from last: its name, or the
+ * prefix of the template that made it.  Only a hint of which to try
+ * first: a name it covers looks its limit up before trying a table
+ * slot, so that a memory lease runs one statement, not two.
+ */
+static Oid	memory_hint_relid = InvalidOid;
+static char memory_hint[LIMIT_NAME_MAX_BYTES];
+static int	memory_hint_len = -1;	/* a template's prefix: ends before '*' */
+static bool memory_hint_prefix = false;
+
+/* Whether limit "name" of "relid" is, by the hint, a memory limit. */
+static bool
+memory_hinted(Oid relid, text *name)
+{
+	int			len = VARSIZE_ANY_EXHDR(name);
+
+	if (relid != memory_hint_relid || memory_hint_len < 0 ||
+		(memory_hint_prefix ? len < memory_hint_len : len != memory_hint_len))
+		return false;
+	return memcmp(VARDATA_ANY(name), memory_hint, memory_hint_len) == 0;
+}
+
+/* Remember memory limit "name" (made by a template of "template_len"). */
+static void
+memory_hint_set(Oid relid, text *name, int template_len)
+{
+	memory_hint_relid = relid;
+	memory_hint_prefix = template_len > 0;
+	memory_hint_len = memory_hint_prefix ? template_len - 1 : (int) VARSIZE_ANY_EXHDR(name);
+	memcpy(memory_hint, VARDATA_ANY(name), memory_hint_len);
+}
+
+/*
  * lease_take_whole(); refused, the limit looked up (its errors): a memory
  * limit's lease taken in shared memory, or a table limit lacking slots
- * made and tried once more.
+ * made and tried once more.  A name the hint says is a memory limit's is
+ * looked up first.
  */
 static bool
 lease_take_or_refuse(LeaseAsk *ask, TimestampTz now)
 {
+	bool		table_tried = false;
+
 	ask->memory = false;
-	if (lease_take_whole(ask, now))
-		return true;
+	if (!memory_hinted(ask->relid, ask->name))
+	{
+		if (lease_take_whole(ask, now))
+			return true;
+		table_tried = true;
+	}
 	for (;;)
 	{
 		uint64		generation = lease_memory_generation();
@@ -854,11 +894,15 @@ lease_take_or_refuse(LeaseAsk *ask, TimestampTz now)
 		ask->memory = limit.memory;
 		if (!limit.memory)
 		{
+			memory_hint_len = -1;
+			if (!table_tried && lease_take_whole(ask, now))
+				return true;
 			if (limit.made >= limit.max_in_flight)
 				return false;
 			add_slots(ask->relid, ask->name, limit.max_in_flight);
 			return lease_take_whole(ask, now);
 		}
+		memory_hint_set(ask->relid, ask->name, limit.template_len);
 		if (lease_memory(ask, &limit, generation, now, &stale))
 			return true;
 		if (!stale)
