@@ -22,6 +22,7 @@
 #                 holding four partitions, one of them stopped midway
 #   partitions    proxy/test/partitions.sh: the proxy on every partition
 #                 naming and mapping PL/Proxy accepts
+#   stats         proxy/test/stats.sh: counters summed over the shards
 #   examples      test/examples.sh: examples/ in a short mode, each with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
 #
@@ -143,7 +144,7 @@ count_tap "$LOG" $rc
 
 # SCRIPT or SCRIPT:ARGUMENT
 for entry in test/stress test/wait test/leases test/leases:memory test/locks test/memory \
-	test/exporter proxy/test/proxy proxy/test/partitions test/examples; do
+	test/exporter proxy/test/proxy proxy/test/partitions proxy/test/stats test/examples; do
 	script=${entry%%:*}
 	arg=${entry#"$script"}
 	arg=${arg#:}

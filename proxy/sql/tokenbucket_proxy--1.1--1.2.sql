@@ -1,4 +1,5 @@
-/* tokenbucket_proxy--1.1--1.2.sql: the cluster as PL/Proxy reads it. */
+/* tokenbucket_proxy--1.1--1.2.sql: the cluster as PL/Proxy reads it;
+ * counters summed over the shards. */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "ALTER EXTENSION tokenbucket_proxy UPDATE TO '1.2'" to load this file. \quit
@@ -177,3 +178,173 @@ FROM @extschema@.tb_each_partition(true) AS p(shard),
 
 COMMENT ON VIEW @extschema@.tb_status IS
 	'every shard''s tb_status, with the partition each row came from (one of those that share a database)';
+
+--
+-- Counters across the shards.  tb_stats, tb_template_stats and
+-- tb_limit_counters() have tokenbucket's columns, so that
+-- prometheus/tokenbucket.yaml scrapes the proxy as it scrapes one server:
+-- a bucket's or a limit's row comes from its shard; a template's sums its
+-- rows of every database, and its since is the
+-- latest of theirs (from then on, every shard counts).  PL/Proxy asks
+-- every database at once (RUN ON ALL: each connection string once); a
+-- shard that does not answer fails the call, with PL/Proxy's error naming
+-- its database and server.  Who may read them needs EXECUTE on the
+-- tb_shards_* function behind each, and its user mapping's role what
+-- tokenbucket asks on the shards.
+--
+CREATE FUNCTION @extschema@.tb_shards_stats(OUT name text, OUT memory boolean,
+	OUT template text, OUT capacity float8, OUT refill_rate float8, OUT granted bigint,
+	OUT granted_tokens float8, OUT denied bigint, OUT waited bigint,
+	OUT wait_seconds float8, OUT timeouts bigint, OUT refunded_tokens float8,
+	OUT pauses bigint, OUT since timestamptz, OUT tokens float8, OUT cancelled bigint,
+	OUT max_in_flight integer, OUT in_flight integer, OUT released bigint,
+	OUT ended bigint, OUT expired bigint)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'tokenbucket';
+	RUN ON ALL;
+	SELECT s.name, s.memory, s.template, s.capacity, s.refill_rate, s.granted,
+	       s.granted_tokens, s.denied, s.waited, s.wait_seconds, s.timeouts,
+	       s.refunded_tokens, s.pauses, s.since, s.tokens, s.cancelled,
+	       s.max_in_flight, s.in_flight, s.released, s.ended, s.expired
+	FROM @extschema@.tb_stats AS s;
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_shards_stats() IS
+	'tb_stats of every shard database, at once';
+
+CREATE VIEW @extschema@.tb_stats AS
+SELECT s.name, s.memory, s.template, s.capacity, s.refill_rate, s.granted,
+	   s.granted_tokens, s.denied, s.waited, s.wait_seconds, s.timeouts,
+	   s.refunded_tokens, s.pauses, s.since, s.tokens, s.cancelled,
+	   s.max_in_flight, s.in_flight, s.released, s.ended, s.expired
+FROM @extschema@.tb_shards_stats() AS s;
+
+COMMENT ON VIEW @extschema@.tb_stats IS
+	'each bucket''s and limit''s counters, from its shard, with tokenbucket''s columns';
+
+CREATE FUNCTION @extschema@.tb_shards_template_stats(OUT template text,
+	OUT memory boolean, OUT buckets bigint, OUT granted bigint, OUT granted_tokens float8,
+	OUT denied bigint, OUT waited bigint, OUT wait_seconds float8, OUT timeouts bigint,
+	OUT refunded_tokens float8, OUT pauses bigint, OUT since timestamptz,
+	OUT cancelled bigint)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'tokenbucket';
+	RUN ON ALL;
+	SELECT t.template, t.memory, t.buckets, t.granted, t.granted_tokens, t.denied,
+	       t.waited, t.wait_seconds, t.timeouts, t.refunded_tokens, t.pauses, t.since,
+	       t.cancelled
+	FROM @extschema@.tb_template_stats AS t;
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_shards_template_stats() IS
+	'tb_template_stats of every shard database, at once: a row per template and database';
+
+CREATE VIEW @extschema@.tb_template_stats AS
+SELECT t.template,
+	   pg_catalog.bool_or(t.memory) AS memory,
+	   CAST(pg_catalog.sum(t.buckets) AS bigint) AS buckets,
+	   CAST(pg_catalog.sum(t.granted) AS bigint) AS granted,
+	   pg_catalog.sum(t.granted_tokens) AS granted_tokens,
+	   CAST(pg_catalog.sum(t.denied) AS bigint) AS denied,
+	   CAST(pg_catalog.sum(t.waited) AS bigint) AS waited,
+	   pg_catalog.sum(t.wait_seconds) AS wait_seconds,
+	   CAST(pg_catalog.sum(t.timeouts) AS bigint) AS timeouts,
+	   pg_catalog.sum(t.refunded_tokens) AS refunded_tokens,
+	   CAST(pg_catalog.sum(t.pauses) AS bigint) AS pauses,
+	   pg_catalog.max(t.since) AS since,
+	   CAST(pg_catalog.sum(t.cancelled) AS bigint) AS cancelled
+FROM @extschema@.tb_shards_template_stats() AS t
+GROUP BY t.template;
+
+COMMENT ON VIEW @extschema@.tb_template_stats IS
+	'each template''s counters summed over every shard, and since when every shard counts them';
+
+CREATE FUNCTION @extschema@.tb_shards_limit_counters(OUT name text, OUT granted bigint,
+	OUT slots bigint, OUT refused bigint, OUT waited bigint, OUT wait_seconds float8,
+	OUT timeouts bigint, OUT cancelled bigint, OUT released bigint, OUT ended bigint,
+	OUT expired bigint, OUT since timestamptz)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'tokenbucket';
+	RUN ON ALL;
+	SELECT c.name, c.granted, c.slots, c.refused, c.waited, c.wait_seconds, c.timeouts,
+	       c.cancelled, c.released, c.ended, c.expired, c.since
+	FROM @extschema@.tb_limit_counters() AS c;
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_shards_limit_counters() IS
+	'tb_limit_counters() of every shard database, at once: a row per name and database';
+
+-- a limit lives on one shard, a limit template on every one: summed by
+-- name, a template's counters are the cluster's
+CREATE FUNCTION @extschema@.tb_limit_counters(OUT name text, OUT granted bigint,
+	OUT slots bigint, OUT refused bigint, OUT waited bigint, OUT wait_seconds float8,
+	OUT timeouts bigint, OUT cancelled bigint, OUT released bigint, OUT ended bigint,
+	OUT expired bigint, OUT since timestamptz)
+RETURNS SETOF record
+LANGUAGE sql VOLATILE STRICT PARALLEL RESTRICTED
+AS $$
+SELECT c.name, CAST(pg_catalog.sum(c.granted) AS bigint), CAST(pg_catalog.sum(c.slots) AS bigint),
+	   CAST(pg_catalog.sum(c.refused) AS bigint), CAST(pg_catalog.sum(c.waited) AS bigint),
+	   pg_catalog.sum(c.wait_seconds), CAST(pg_catalog.sum(c.timeouts) AS bigint),
+	   CAST(pg_catalog.sum(c.cancelled) AS bigint), CAST(pg_catalog.sum(c.released) AS bigint),
+	   CAST(pg_catalog.sum(c.ended) AS bigint), CAST(pg_catalog.sum(c.expired) AS bigint),
+	   pg_catalog.max(c.since)
+FROM @extschema@.tb_shards_limit_counters() AS c
+GROUP BY c.name
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_limit_counters() IS
+	'the limits'' counters of every shard, summed by name: a limit''s from its shard, a template''s over every shard';
+
+-- a bucket's counters are on its shard; a template's, and with NULL every
+-- bucket's, on every partition
+CREATE FUNCTION @extschema@.tb_route_stats(name text)
+RETURNS SETOF int4
+LANGUAGE sql STABLE PARALLEL RESTRICTED
+AS $$
+SELECT @extschema@.tb_route(name)
+WHERE pg_catalog.right(name, 1) OPERATOR(pg_catalog.<>) '*'
+UNION ALL
+SELECT @extschema@.tb_each_partition()
+WHERE name IS NULL OR pg_catalog.right(name, 1) OPERATOR(pg_catalog.=) '*'
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_route_stats(text) IS
+	'PL/Proxy''s RUN ON for tb_stats_reset: the bucket''s partition, or every partition for a template or NULL';
+
+CREATE FUNCTION @extschema@.tb_shards_stats_reset(name text)
+RETURNS SETOF boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'tokenbucket';
+	RUN ON @extschema@.tb_route_stats(name);
+	SELECT true AS tb_shards_stats_reset FROM @extschema@.tb_stats_reset(name);
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_shards_stats_reset(text) IS
+	'tb_stats_reset on the shard of a bucket, or on every shard for a template or NULL: a row per shard';
+
+CREATE FUNCTION @extschema@.tb_stats_reset(name text DEFAULT NULL)
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+SELECT pg_catalog.count(*) FROM @extschema@.tb_shards_stats_reset(name)
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_stats_reset(text) IS
+	'start the counters of a bucket on its shard (of a template: and of its buckets, on every shard), or with NULL of every bucket of every shard, from zero';
+
+REVOKE ALL ON FUNCTION
+	@extschema@.tb_shards_stats(),
+	@extschema@.tb_shards_template_stats(),
+	@extschema@.tb_shards_limit_counters(),
+	@extschema@.tb_limit_counters(),
+	@extschema@.tb_shards_stats_reset(text),
+	@extschema@.tb_stats_reset(text)
+FROM PUBLIC;
