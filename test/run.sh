@@ -20,6 +20,11 @@
 #                 prometheus/tokenbucket.yaml, scraped over HTTP, exact
 #   proxy         proxy/test/proxy.sh: tokenbucket_proxy in front of three servers
 #                 holding four partitions, one of them stopped midway
+#   partitions    proxy/test/partitions.sh: the proxy on every partition
+#                 naming and mapping PL/Proxy accepts
+#   stats         proxy/test/stats.sh: counters summed over the shards
+#   setup         proxy/test/setup.sh: README.md's proxy set-up, as written,
+#                 with scram logins and least-privileged roles
 #   examples      test/examples.sh: examples/ in a short mode, each with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
 #
@@ -141,7 +146,7 @@ count_tap "$LOG" $rc
 
 # SCRIPT or SCRIPT:ARGUMENT
 for entry in test/stress test/wait test/leases test/leases:memory test/locks test/memory \
-	test/exporter proxy/test/proxy test/examples; do
+	test/exporter proxy/test/proxy proxy/test/partitions proxy/test/stats proxy/test/setup test/examples; do
 	script=${entry%%:*}
 	arg=${entry#"$script"}
 	arg=${arg#:}
