@@ -245,6 +245,12 @@ SELECT tb_release(:w2) AS by_the_dba;
 DROP OWNED BY regress_tb_lease_worker, regress_tb_lease_other;
 DROP ROLE regress_tb_lease_worker, regress_tb_lease_other;
 
+-- tb_limits_changed() is tb_limits' trigger and nothing else's
+CREATE TEMP TABLE not_limits (name text);
+CREATE TRIGGER x AFTER INSERT ON not_limits FOR EACH STATEMENT EXECUTE FUNCTION tb_limits_changed();
+INSERT INTO not_limits VALUES ('x');
+DROP TABLE not_limits;
+
 -- a limit made with plain SQL works at once
 INSERT INTO tb_limits VALUES ('plain', 1, :memory);
 SELECT tb_lease('plain') IS NOT NULL AS granted, tb_lease('plain') IS NULL AS refused;

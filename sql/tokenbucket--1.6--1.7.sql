@@ -163,6 +163,27 @@ END $$;
 ALTER TABLE @extschema@.tb_limits ADD COLUMN memory boolean NOT NULL DEFAULT false;
 
 --
+-- A change of limits, committed, makes every session read their
+-- configuration again: a memory lease reads it from the table only then.
+-- The statement trigger is the extension's own (not PUBLIC), and refuses
+-- to fire for any other table.
+--
+CREATE FUNCTION @extschema@.tb_limits_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'tb_limits_changed'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@.tb_limits_changed() IS
+	'the trigger of tb_limits: tells every session, once the change commits, to read limits again';
+
+REVOKE ALL ON FUNCTION @extschema@.tb_limits_changed() FROM PUBLIC;
+
+CREATE TRIGGER tb_limits_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.tb_limits
+	FOR EACH STATEMENT
+	EXECUTE FUNCTION @extschema@.tb_limits_changed();
+
+--
 -- tb_create_limit gains memory.  Replacing it drops the grants made on it,
 -- so they are saved first, as the statements that give them again.
 --

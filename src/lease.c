@@ -616,23 +616,73 @@ reserve_slots(int32 max_in_flight, double reserve)
 }
 
 /*
- * The limit of "ask"; fail if there is none, or it can never grant
- * ask->slots (with its reserve).
+ * Memory limits' configuration as this backend read it, by name: while
+ * no change of tb_limits has committed since (the configuration
+ * generation is the same), a lease from one runs no statement at all.
  */
-static LimitFound
-find_limit(LeaseAsk *ask)
+#define CACHED_LIMITS 64
+typedef struct CachedLimit
 {
-	LimitFound	found;
+	uint64		generation;		/* lease_memory_config_generation() before
+								 * it was read; 0: empty */
+	Oid			relid;
+	int			len;
+	char		name[MEMORY_LIMIT_NAME_MAX];
+	LimitFound	limit;
+} CachedLimit;
 
-	if (!limit_lookup(ask, &found))
-		report_no_limit(ask->name);
-	if (ask->slots > found.max_in_flight)
+static CachedLimit cached_limits[CACHED_LIMITS];
+
+/* The cache's place for limit "name". */
+static CachedLimit *
+cached_slot(text *name)
+{
+	return &cached_limits[hash_bytes((const unsigned char *) VARDATA_ANY(name),
+									 VARSIZE_ANY_EXHDR(name)) % CACHED_LIMITS];
+}
+
+/* The memory limit "name" of "relid", read at "generation", or NULL. */
+static const LimitFound *
+cached_limit(Oid relid, text *name, uint64 generation)
+{
+	CachedLimit *cached = cached_slot(name);
+
+	if (generation == 0 || cached->generation != generation || cached->relid != relid ||
+		cached->len != (int) VARSIZE_ANY_EXHDR(name) ||
+		memcmp(cached->name, VARDATA_ANY(name), cached->len) != 0)
+		return NULL;
+	return &cached->limit;
+}
+
+/* Keep memory limit "limit" of "name", read at "generation". */
+static void
+cache_limit(Oid relid, text *name, uint64 generation, const LimitFound *limit)
+{
+	CachedLimit *cached = cached_slot(name);
+	int			len = VARSIZE_ANY_EXHDR(name);
+
+	if (generation == 0 || !limit->memory || len > MEMORY_LIMIT_NAME_MAX)
+		return;
+	cached->generation = generation;
+	cached->relid = relid;
+	cached->len = len;
+	memcpy(cached->name, VARDATA_ANY(name), len);
+	cached->limit = *limit;
+}
+
+/*
+ * Fail if limit "found" can never grant ask->slots (with its reserve).
+ */
+static void
+check_slots(LeaseAsk *ask, const LimitFound *found)
+{
+	if (ask->slots > found->max_in_flight)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%d slots can never be leased from limit \"%s\"",
 						ask->slots, text_to_cstring(ask->name)),
 				 errdetail("A lease takes at most the limit's max_in_flight slots.")));
-	if (ask->slots > found.max_in_flight - reserve_slots(found.max_in_flight, ask->reserve))
+	if (ask->slots > found->max_in_flight - reserve_slots(found->max_in_flight, ask->reserve))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%d slots with reserve %s can never be leased from limit \"%s\"",
@@ -640,6 +690,22 @@ find_limit(LeaseAsk *ask)
 						text_to_cstring(ask->name)),
 				 errdetail("A lease with a reserve leaves that share of the limit's max_in_flight slots free, rounded up to whole slots, and takes at most the rest."),
 				 errhint("Lease fewer slots, ask with a smaller reserve, or have the limit raised with tb_alter_limit().")));
+}
+
+/*
+ * The limit of "ask"; fail if there is none, or it can never grant
+ * ask->slots (with its reserve).  A memory limit's is kept in the cache.
+ */
+static LimitFound
+find_limit(LeaseAsk *ask)
+{
+	uint64		generation = lease_memory_config_generation();
+	LimitFound	found;
+
+	if (!limit_lookup(ask, &found))
+		report_no_limit(ask->name);
+	check_slots(ask, &found);
+	cache_limit(ask->relid, ask->name, generation, &found);
 	return found;
 }
 
@@ -974,6 +1040,44 @@ lease_and_then_step(void *arg)
 }
 
 /*
+ * A lease of "ask" from a memory limit whose configuration is cached and
+ * current: no statement at all.  False when it cannot be taken so (not
+ * cached, changed since, or a limit dropped meanwhile: the caller takes
+ * the way that reads the configuration); otherwise *granted says.
+ */
+static bool
+lease_fast(FunctionCallInfo fcinfo, LeaseAsk *ask, bool *granted)
+{
+	/* leases dropped from before the configuration is checked: see lease_memory.c */
+	uint64		generation = lease_memory_generation();
+	const LimitFound *limit;
+	StatsCounters delta = {0};
+	bool		stale;
+
+	ask->relid = installation_table(fcinfo);
+	limit = cached_limit(ask->relid, ask->name, lease_memory_config_generation());
+	if (limit == NULL)
+		return false;
+	ask->limits = installation_limits(fcinfo);
+	ask->caller = GetUserId();
+	ask->template_len = limit->template_len;
+	ask->memory = true;
+	check_slots(ask, limit);
+	*granted = lease_memory(ask, limit, generation, GetCurrentTimestamp(), &stale);
+	if (stale)
+		return false;
+	if (*granted)
+	{
+		delta.granted = 1;
+		delta.granted_tokens = ask->slots;
+	}
+	else
+		delta.denied = 1;
+	count_limit(ask, &delta);
+	return true;
+}
+
+/*
  * Lease what "request" asks for (waiting until "deadline" with "wait";
  * with request->and_then, all or nothing with what it takes, which runs
  * after the lease is granted, in the same subtransaction).  Returns
@@ -1005,6 +1109,12 @@ lease_with(FunctionCallInfo fcinfo, const LeaseRequest *request, bool wait,
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("slots must be 1 or more, not %d", ask.slots)));
+
+	if (!wait && request->and_then == NULL && lease_fast(fcinfo, &ask, &granted))
+	{
+		*lease = ask.lease;
+		return granted;
+	}
 
 	register_callbacks();
 	session = spi_begin(fcinfo, true);

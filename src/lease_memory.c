@@ -41,6 +41,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "commands/trigger.h"
 #include "common.h"
 #include "lease_memory.h"
 #include "miscadmin.h"
@@ -96,6 +97,8 @@ typedef struct LeaseShared
 {
 	LWLock	   *lock;
 	pg_atomic_uint64 generation;	/* forgets, counted */
+	pg_atomic_uint64 config_generation;	/* committed changes of tb_limits,
+										 * counted */
 	uint64		seq;			/* ids made */
 	int			free;			/* first free record, or -1 */
 	MemoryLease leases[FLEXIBLE_ARRAY_MEMBER];
@@ -134,6 +137,8 @@ static List *forgets = NIL;
 
 static bool callbacks_registered = false;
 static bool leased_here = false;	/* this session took a memory lease */
+static bool config_changed_here = false;	/* this transaction wrote
+											 * tb_limits */
 static object_access_hook_type prev_object_access_hook = NULL;
 
 /* The record of lease "id", or -1 when it cannot be one. */
@@ -180,6 +185,7 @@ lease_attach(LWLockPadded *locks)
 		return;
 	lease_shared->lock = &locks[0].lock;
 	pg_atomic_init_u64(&lease_shared->generation, 0);
+	pg_atomic_init_u64(&lease_shared->config_generation, 1);
 	lease_shared->seq = 0;
 	for (int i = 0; i < max_memory_leases; i++)
 	{
@@ -214,11 +220,28 @@ lease_memory_require(void)
 				 errhint("Call the tb_* functions on the primary.")));
 }
 
+StaticAssertDecl(MEMORY_LIMIT_NAME_MAX == SHARED_NAME_MAX_BYTES,
+				 "a memory limit's name is a shared key's");
+
 /* The longest name a memory limit (or a name its template makes) may have. */
 int
 lease_memory_name_max(void)
 {
-	return SHARED_NAME_MAX_BYTES;
+	return MEMORY_LIMIT_NAME_MAX;
+}
+
+/*
+ * Committed changes of limits' configuration (any tb_limits), counted; 0
+ * without the library preloaded, or when this transaction changed one
+ * itself (its own uncommitted configuration is read from the table).  A
+ * configuration read after this was read holds while it is the same.
+ */
+uint64
+lease_memory_config_generation(void)
+{
+	if (lease_shared == NULL || config_changed_here)
+		return 0;
+	return pg_atomic_read_u64(&lease_shared->config_generation);
 }
 
 /* Limits forgotten so far; a lease passes what it read before its configuration. */
@@ -555,6 +578,13 @@ lease_memory_xact_callback(XactEvent event, void *arg)
 			return;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			/*
+			 * committed: every backend's read of the configuration is old,
+			 * before the leases of limits dropped are forgotten (a lease
+			 * that read the configuration before then finds them stale)
+			 */
+			if (config_changed_here)
+				pg_atomic_fetch_add_u64(&lease_shared->config_generation, 1);
 			end_of_xact(InvalidSubTransactionId, InvalidSubTransactionId, true);
 			break;
 		case XACT_EVENT_ABORT:
@@ -566,6 +596,7 @@ lease_memory_xact_callback(XactEvent event, void *arg)
 	}
 	xact_leases = NIL;
 	forgets = NIL;
+	config_changed_here = false;
 }
 
 /* SubXactCallback: see end_of_xact(); a forget goes with its subtransaction. */
@@ -841,6 +872,34 @@ typedef struct ListedLease
 	SharedKey	name;
 	MemoryLease lease;
 } ListedLease;
+
+PG_FUNCTION_INFO_V1(tb_limits_changed);
+
+/*
+ * tb_limits_changed(): the statement trigger of tb_limits.  A change of
+ * limits makes every backend read their configuration again once the
+ * transaction commits (and this one read it from the table until then).
+ */
+Datum
+tb_limits_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	/* only ever the extension's own AFTER trigger on its own table */
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event) ||
+		RelationGetRelid(trigdata->tg_relation) != installation_limits(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("tb_limits_changed() is only the trigger of tokenbucket's table tb_limits"),
+				 errdetail("It tells every session that limits changed, and fires for nothing else.")));
+	if (lease_shared != NULL)
+	{
+		register_callbacks();
+		config_changed_here = true;
+	}
+	return PointerGetDatum(NULL);
+}
 
 PG_FUNCTION_INFO_V1(tb_memory_leases);
 

@@ -48,6 +48,9 @@ typedef enum MemoryLeaseReleased
 	MEMORY_RELEASE_DENIED		/* held by a role the caller may not act for */
 } MemoryLeaseReleased;
 
+/* Longest name of a memory limit (a shared entry's, SHARED_NAME_MAX_BYTES). */
+#define MEMORY_LIMIT_NAME_MAX 128
+
 /* Memory leases' ids are below zero; table leases' above. */
 #define LEASE_IS_MEMORY(id) ((id) < 0)
 
@@ -55,6 +58,7 @@ extern void lease_memory_init(void);
 extern void lease_memory_require(void);
 extern int	lease_memory_name_max(void);
 extern uint64 lease_memory_generation(void);
+extern uint64 lease_memory_config_generation(void);
 extern MemoryLeaseTaken lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now,
 										  int64 *lease, TimestampTz *ready);
 extern MemoryLeaseReleased lease_memory_release(Oid relid, int64 lease, Oid caller,
