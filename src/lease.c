@@ -396,11 +396,11 @@ report_no_limit(text *name)
  * no row).
  */
 #define LIMIT_ROW_OF_1 \
-	"(SELECT r.max_in_flight, r.memory, r.template_len FROM" \
-	" ((SELECT max_in_flight, memory, 0 AS template_len FROM %1$s.tb_limits" \
-	"   WHERE name OPERATOR(pg_catalog.=) $1)" \
+	"(SELECT r.max_in_flight, r.memory, r.template_len, r.template FROM" \
+	" ((SELECT max_in_flight, memory, 0 AS template_len, NULL::text AS template" \
+	"   FROM %1$s.tb_limits WHERE name OPERATOR(pg_catalog.=) $1)" \
 	"  UNION ALL" \
-	"  (SELECT max_in_flight, memory, pg_catalog.octet_length(name) FROM %1$s.tb_limits" \
+	"  (SELECT max_in_flight, memory, pg_catalog.octet_length(name), name FROM %1$s.tb_limits" \
 	"   WHERE name OPERATOR(pg_catalog.~~) '%%*'" \
 	"   AND pg_catalog.starts_with($1, pg_catalog.left(name, -1))" \
 	"   ORDER BY pg_catalog.octet_length(name) DESC LIMIT 1)" \
@@ -412,16 +412,21 @@ report_no_limit(text *name)
 
 /*
  * A name's limit: its max_in_flight, whether it is a memory limit, the
- * length of its template's name (0: none), and how many of its table
- * slots up to max_in_flight are made (a purge may leave some of a name's
- * slots, those leased while it ran).  Read on the latest snapshot: a
- * memory lease follows only committed configuration.
+ * length of its template's name (0: none), how many of its table slots up
+ * to max_in_flight are made (a purge may leave some of a name's slots,
+ * those leased while it ran), and for a memory template's name whether
+ * that template alone makes every name after its prefix (no other limit
+ * starts with it).  Read on the latest snapshot: a memory lease follows
+ * only committed configuration.
  */
 static KeptPlan limit_plan = {
 	.sql = "SELECT l.max_in_flight, l.memory, l.template_len,"
 	" (SELECT pg_catalog.count(*)::integer"
 	"  FROM %1$s.tb_lease_slots AS s WHERE s.name OPERATOR(pg_catalog.=) $1"
-	"  AND s.slot OPERATOR(pg_catalog.<=) l.max_in_flight AND NOT l.memory)"
+	"  AND s.slot OPERATOR(pg_catalog.<=) l.max_in_flight AND NOT l.memory),"
+	" l.memory AND l.template IS NOT NULL AND NOT EXISTS (SELECT FROM %1$s.tb_limits AS o"
+	"  WHERE pg_catalog.starts_with(o.name, pg_catalog.left(l.template, -1))"
+	"  AND o.name OPERATOR(pg_catalog.<>) l.template)"
 	" FROM " LIMIT_ROW_OF_1 " AS l",
 	.nargs = 1, .argtypes = {TEXTOID}
 };
@@ -570,6 +575,8 @@ typedef struct LimitFound
 	bool		memory;
 	int			template_len;
 	int32		made;			/* table slots made, up to max_in_flight */
+	bool		alone;			/* its memory template makes every name
+								 * after its prefix */
 } LimitFound;
 
 /*
@@ -594,6 +601,7 @@ limit_lookup(LeaseAsk *ask, LimitFound *found)
 	found->made = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
 	if (isnull)
 		found->made = 0;
+	found->alone = DatumGetBool(SPI_getbinval(row, desc, 5, &isnull)) && !isnull;
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = NULL;
 	ask->template_len = found->template_len;
@@ -654,7 +662,36 @@ cached_limit(Oid relid, text *name, uint64 generation)
 	return &cached->limit;
 }
 
-/* Keep memory limit "limit" of "name", read at "generation". */
+/*
+ * Memory templates that alone make every name after their prefix, as this
+ * backend read them (the names a template makes are too many to keep one
+ * by one): a name after one of these prefixes is that template's.
+ */
+#define CACHED_TEMPLATES 8
+static CachedLimit cached_templates[CACHED_TEMPLATES];	/* name: the prefix */
+static int	next_cached_template = 0;
+
+/* The memory template whose prefix "name" starts with, read at "generation", or NULL. */
+static const LimitFound *
+cached_template(Oid relid, text *name, uint64 generation)
+{
+	int			len = VARSIZE_ANY_EXHDR(name);
+
+	for (int i = 0; i < CACHED_TEMPLATES && generation != 0; i++)
+	{
+		CachedLimit *cached = &cached_templates[i];
+
+		if (cached->generation == generation && cached->relid == relid &&
+			len >= cached->len && memcmp(cached->name, VARDATA_ANY(name), cached->len) == 0)
+			return &cached->limit;
+	}
+	return NULL;
+}
+
+/*
+ * Keep memory limit "limit" of "name", read at "generation"; a template
+ * that alone makes the names after its prefix, under its prefix.
+ */
 static void
 cache_limit(Oid relid, text *name, uint64 generation, const LimitFound *limit)
 {
@@ -663,6 +700,12 @@ cache_limit(Oid relid, text *name, uint64 generation, const LimitFound *limit)
 
 	if (generation == 0 || !limit->memory || len > MEMORY_LIMIT_NAME_MAX)
 		return;
+	if (limit->alone && limit->template_len > 0)
+	{
+		cached = &cached_templates[next_cached_template];
+		next_cached_template = (next_cached_template + 1) % CACHED_TEMPLATES;
+		len = limit->template_len - 1;
+	}
 	cached->generation = generation;
 	cached->relid = relid;
 	cached->len = len;
@@ -1054,8 +1097,12 @@ lease_fast(FunctionCallInfo fcinfo, LeaseAsk *ask, bool *granted)
 	StatsCounters delta = {0};
 	bool		stale;
 
+	uint64		config = lease_memory_config_generation();
+
 	ask->relid = installation_table(fcinfo);
-	limit = cached_limit(ask->relid, ask->name, lease_memory_config_generation());
+	limit = cached_limit(ask->relid, ask->name, config);
+	if (limit == NULL)
+		limit = cached_template(ask->relid, ask->name, config);
 	if (limit == NULL)
 		return false;
 	ask->limits = installation_limits(fcinfo);
