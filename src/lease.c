@@ -568,6 +568,22 @@ count_limit(LeaseAsk *ask, const StatsCounters *delta)
 				ask, NULL, GetCurrentTimestamp());
 }
 
+/* Count a lease decided without waiting: granted (with its slots), or refused. */
+static void
+count_lease(LeaseAsk *ask, bool granted)
+{
+	StatsCounters delta = {0};
+
+	if (granted)
+	{
+		delta.granted = 1;
+		delta.granted_tokens = ask->slots;
+	}
+	else
+		delta.denied = 1;
+	count_limit(ask, &delta);
+}
+
 /* A name's limit, as limit_plan reads it. */
 typedef struct LimitFound
 {
@@ -1025,16 +1041,8 @@ lease_step(void *arg)
 {
 	LeaseAsk   *ask = arg;
 	bool		granted = lease_take_or_refuse(ask, GetCurrentTimestamp());
-	StatsCounters delta = {0};
 
-	if (granted)
-	{
-		delta.granted = 1;
-		delta.granted_tokens = ask->slots;
-	}
-	else
-		delta.denied = 1;
-	count_limit(ask, &delta);
+	count_lease(ask, granted);
 	return granted;
 }
 
@@ -1094,7 +1102,6 @@ lease_fast(FunctionCallInfo fcinfo, LeaseAsk *ask, bool *granted)
 	/* leases dropped from before the configuration is checked: see lease_memory.c */
 	uint64		generation = lease_memory_generation();
 	const LimitFound *limit;
-	StatsCounters delta = {0};
 	bool		stale;
 
 	uint64		config = lease_memory_config_generation();
@@ -1113,14 +1120,7 @@ lease_fast(FunctionCallInfo fcinfo, LeaseAsk *ask, bool *granted)
 	*granted = lease_memory(ask, limit, generation, GetCurrentTimestamp(), &stale);
 	if (stale)
 		return false;
-	if (*granted)
-	{
-		delta.granted = 1;
-		delta.granted_tokens = ask->slots;
-	}
-	else
-		delta.denied = 1;
-	count_limit(ask, &delta);
+	count_lease(ask, *granted);
 	return true;
 }
 
