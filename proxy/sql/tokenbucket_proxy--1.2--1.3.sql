@@ -173,7 +173,9 @@ COMMENT ON FUNCTION @extschema@.tb_routed_acquire(text, float8, float8) IS
 	'tokenbucket_shard''s tb_routed_acquire on the shard of the bucket: tb_acquire''s result, or its error as data';
 
 CREATE FUNCTION @extschema@.tb_routed_try(name text, cost float8,
-	OUT granted boolean, OUT remaining float8, OUT retry_after interval, OUT reset_after interval, OUT retry_after_seconds float8, OUT reset_after_seconds float8, OUT error text[])
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8, OUT error text[])
 RETURNS record
 LANGUAGE plproxy VOLATILE STRICT
 AS $$
@@ -185,7 +187,9 @@ COMMENT ON FUNCTION @extschema@.tb_routed_try(text, float8) IS
 	'tokenbucket_shard''s tb_routed_try on the shard of the bucket: tb_try''s result, or its error as data';
 
 CREATE FUNCTION @extschema@.tb_routed_try(name text, cost float8, reserve float8,
-	OUT granted boolean, OUT remaining float8, OUT retry_after interval, OUT reset_after interval, OUT retry_after_seconds float8, OUT reset_after_seconds float8, OUT error text[])
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8, OUT error text[])
 RETURNS record
 LANGUAGE plproxy VOLATILE STRICT
 AS $$
@@ -197,7 +201,9 @@ COMMENT ON FUNCTION @extschema@.tb_routed_try(text, float8, float8) IS
 	'tokenbucket_shard''s tb_routed_try on the shard of the bucket: tb_try''s result, or its error as data';
 
 CREATE FUNCTION @extschema@.tb_routed_peek(name text, cost float8,
-	OUT granted boolean, OUT remaining float8, OUT retry_after interval, OUT reset_after interval, OUT retry_after_seconds float8, OUT reset_after_seconds float8, OUT error text[])
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8, OUT error text[])
 RETURNS record
 LANGUAGE plproxy VOLATILE STRICT
 AS $$
@@ -209,7 +215,9 @@ COMMENT ON FUNCTION @extschema@.tb_routed_peek(text, float8) IS
 	'tokenbucket_shard''s tb_routed_peek on the shard of the bucket: tb_peek''s result, or its error as data';
 
 CREATE FUNCTION @extschema@.tb_routed_peek(name text, cost float8, reserve float8,
-	OUT granted boolean, OUT remaining float8, OUT retry_after interval, OUT reset_after interval, OUT retry_after_seconds float8, OUT reset_after_seconds float8, OUT error text[])
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8, OUT error text[])
 RETURNS record
 LANGUAGE plproxy VOLATILE STRICT
 AS $$
@@ -269,7 +277,9 @@ COMMENT ON FUNCTION @extschema@.tb_routed_acquire_all_wait(text[], float8[], int
 	'tokenbucket_shard''s tb_routed_acquire_all_wait on the shard of the bucket: tb_acquire_all_wait''s result, or its error as data';
 
 CREATE FUNCTION @extschema@.tb_routed_try_all(names text[], costs float8[])
-RETURNS TABLE (name text, granted boolean, remaining float8, retry_after interval, reset_after interval, retry_after_seconds float8, reset_after_seconds float8, error text[])
+RETURNS TABLE (name text, granted boolean, remaining float8, retry_after interval,
+			   reset_after interval, retry_after_seconds float8,
+			   reset_after_seconds float8, error text[])
 LANGUAGE plproxy VOLATILE CALLED ON NULL INPUT
 AS $$
 	CLUSTER 'tokenbucket';
@@ -280,7 +290,9 @@ COMMENT ON FUNCTION @extschema@.tb_routed_try_all(text[], float8[]) IS
 	'tokenbucket_shard''s tb_routed_try_all on the shard of the bucket: tb_try_all''s result, or its error as data';
 
 CREATE FUNCTION @extschema@.tb_routed_try_all(names text[], costs float8[], reserve float8)
-RETURNS TABLE (name text, granted boolean, remaining float8, retry_after interval, reset_after interval, retry_after_seconds float8, reset_after_seconds float8, error text[])
+RETURNS TABLE (name text, granted boolean, remaining float8, retry_after interval,
+			   reset_after interval, retry_after_seconds float8,
+			   reset_after_seconds float8, error text[])
 LANGUAGE plproxy VOLATILE CALLED ON NULL INPUT
 AS $$
 	CLUSTER 'tokenbucket';
@@ -438,7 +450,9 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION @extschema@.tb_try(name text, cost float8 DEFAULT 1,
-	OUT granted boolean, OUT remaining float8, OUT retry_after interval, OUT reset_after interval, OUT retry_after_seconds float8, OUT reset_after_seconds float8)
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8)
 RETURNS record
 LANGUAGE plpgsql VOLATILE STRICT
 AS $$
@@ -469,7 +483,9 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION @extschema@.tb_try(name text, cost float8, reserve float8,
-	OUT granted boolean, OUT remaining float8, OUT retry_after interval, OUT reset_after interval, OUT retry_after_seconds float8, OUT reset_after_seconds float8)
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8)
 RETURNS record
 LANGUAGE plpgsql VOLATILE STRICT
 AS $$
@@ -500,7 +516,9 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION @extschema@.tb_peek(name text, cost float8 DEFAULT 1,
-	OUT granted boolean, OUT remaining float8, OUT retry_after interval, OUT reset_after interval, OUT retry_after_seconds float8, OUT reset_after_seconds float8)
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8)
 RETURNS record
 LANGUAGE plpgsql VOLATILE STRICT
 AS $$
@@ -531,7 +549,9 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION @extschema@.tb_peek(name text, cost float8, reserve float8,
-	OUT granted boolean, OUT remaining float8, OUT retry_after interval, OUT reset_after interval, OUT retry_after_seconds float8, OUT reset_after_seconds float8)
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8)
 RETURNS record
 LANGUAGE plpgsql VOLATILE STRICT
 AS $$
@@ -662,7 +682,9 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION @extschema@.tb_try_all(names text[], costs float8[] DEFAULT NULL)
-RETURNS TABLE (name text, granted boolean, remaining float8, retry_after interval, reset_after interval, retry_after_seconds float8, reset_after_seconds float8)
+RETURNS TABLE (name text, granted boolean, remaining float8, retry_after interval,
+			   reset_after interval, retry_after_seconds float8,
+			   reset_after_seconds float8)
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 AS $$
 DECLARE
@@ -698,7 +720,9 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION @extschema@.tb_try_all(names text[], costs float8[], reserve float8)
-RETURNS TABLE (name text, granted boolean, remaining float8, retry_after interval, reset_after interval, retry_after_seconds float8, reset_after_seconds float8)
+RETURNS TABLE (name text, granted boolean, remaining float8, retry_after interval,
+			   reset_after interval, retry_after_seconds float8,
+			   reset_after_seconds float8)
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 AS $$
 DECLARE

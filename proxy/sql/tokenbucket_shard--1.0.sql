@@ -50,7 +50,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire(text) IS
-	'tb_acquire(text) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_acquire(text) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_acquire(name text, cost float8,
 	OUT result boolean, OUT error text[])
@@ -69,7 +69,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire(text, float8) IS
-	'tb_acquire(text, float8) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_acquire(text, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_acquire(name text, cost float8, reserve float8,
 	OUT result boolean, OUT error text[])
@@ -88,10 +88,12 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire(text, float8, float8) IS
-	'tb_acquire(text, float8, float8) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_acquire(text, float8, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_try(name text, cost float8,
-	OUT granted boolean, OUT remaining float8, OUT retry_after interval, OUT reset_after interval, OUT retry_after_seconds float8, OUT reset_after_seconds float8, OUT error text[])
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8, OUT error text[])
 RETURNS record
 LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 AS $$
@@ -109,10 +111,12 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_try(text, float8) IS
-	'tb_try(text, float8) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_try(text, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_try(name text, cost float8, reserve float8,
-	OUT granted boolean, OUT remaining float8, OUT retry_after interval, OUT reset_after interval, OUT retry_after_seconds float8, OUT reset_after_seconds float8, OUT error text[])
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8, OUT error text[])
 RETURNS record
 LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 AS $$
@@ -130,10 +134,12 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_try(text, float8, float8) IS
-	'tb_try(text, float8, float8) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_try(text, float8, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_peek(name text, cost float8,
-	OUT granted boolean, OUT remaining float8, OUT retry_after interval, OUT reset_after interval, OUT retry_after_seconds float8, OUT reset_after_seconds float8, OUT error text[])
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8, OUT error text[])
 RETURNS record
 LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 AS $$
@@ -151,10 +157,12 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_peek(text, float8) IS
-	'tb_peek(text, float8) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_peek(text, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_peek(name text, cost float8, reserve float8,
-	OUT granted boolean, OUT remaining float8, OUT retry_after interval, OUT reset_after interval, OUT retry_after_seconds float8, OUT reset_after_seconds float8, OUT error text[])
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8, OUT error text[])
 RETURNS record
 LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 AS $$
@@ -172,7 +180,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_peek(text, float8, float8) IS
-	'tb_peek(text, float8, float8) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_peek(text, float8, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_acquire_wait(name text, cost float8, timeout interval,
 	OUT result boolean, OUT error text[])
@@ -191,7 +199,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire_wait(text, float8, interval) IS
-	'tb_acquire_wait(text, float8, interval) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_acquire_wait(text, float8, interval) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_acquire_all(names text[], costs float8[],
 	OUT result boolean, OUT error text[])
@@ -210,7 +218,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire_all(text[], float8[]) IS
-	'tb_acquire_all(text[], float8[]) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_acquire_all(text[], float8[]) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_acquire_all(names text[], costs float8[], reserve float8,
 	OUT result boolean, OUT error text[])
@@ -229,7 +237,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire_all(text[], float8[], float8) IS
-	'tb_acquire_all(text[], float8[], float8) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_acquire_all(text[], float8[], float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_acquire_all_wait(names text[], costs float8[], timeout interval,
 	OUT result boolean, OUT error text[])
@@ -248,10 +256,12 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire_all_wait(text[], float8[], interval) IS
-	'tb_acquire_all_wait(text[], float8[], interval) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_acquire_all_wait(text[], float8[], interval) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_try_all(names text[], costs float8[])
-RETURNS TABLE (name text, granted boolean, remaining float8, retry_after interval, reset_after interval, retry_after_seconds float8, reset_after_seconds float8, error text[])
+RETURNS TABLE (name text, granted boolean, remaining float8, retry_after interval,
+			   reset_after interval, retry_after_seconds float8,
+			   reset_after_seconds float8, error text[])
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 AS $$
 DECLARE
@@ -270,10 +280,12 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_try_all(text[], float8[]) IS
-	'tb_try_all(text[], float8[]) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_try_all(text[], float8[]) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_try_all(names text[], costs float8[], reserve float8)
-RETURNS TABLE (name text, granted boolean, remaining float8, retry_after interval, reset_after interval, retry_after_seconds float8, reset_after_seconds float8, error text[])
+RETURNS TABLE (name text, granted boolean, remaining float8, retry_after interval,
+			   reset_after interval, retry_after_seconds float8,
+			   reset_after_seconds float8, error text[])
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
 AS $$
 DECLARE
@@ -292,7 +304,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_try_all(text[], float8[], float8) IS
-	'tb_try_all(text[], float8[], float8) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_try_all(text[], float8[], float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_refund(name text, tokens float8,
 	OUT result float8, OUT error text[])
@@ -311,7 +323,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_refund(text, float8) IS
-	'tb_refund(text, float8) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_refund(text, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_settle(name text, reserved float8, used float8,
 	OUT result float8, OUT error text[])
@@ -330,7 +342,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_settle(text, float8, float8) IS
-	'tb_settle(text, float8, float8) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_settle(text, float8, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_sync(name text, remaining float8,
 	OUT result float8, OUT error text[])
@@ -349,7 +361,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_sync(text, float8) IS
-	'tb_sync(text, float8) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_sync(text, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_pause(name text, duration interval, OUT error text[])
 RETURNS text[]
@@ -367,7 +379,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_pause(text, interval) IS
-	'tb_pause(text, interval) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_pause(text, interval) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_pause_until(name text, until timestamptz, OUT error text[])
 RETURNS text[]
@@ -385,7 +397,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_pause_until(text, timestamptz) IS
-	'tb_pause_until(text, timestamptz) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_pause_until(text, timestamptz) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_reset(name text, OUT error text[])
 RETURNS text[]
@@ -403,4 +415,4 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_reset(text) IS
-	'tb_reset(text) for tokenbucket_proxy: its result, or the error it raised as data (SQLSTATE, message, detail, hint), the connection kept';
+	'tb_reset(text) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
