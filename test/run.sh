@@ -23,6 +23,10 @@
 #   partitions    proxy/test/partitions.sh: the proxy on every partition
 #                 naming and mapping PL/Proxy accepts
 #   stats         proxy/test/stats.sh: counters summed over the shards
+#   errors        proxy/test/errors.sh: a shard's errors through the proxy, as
+#                 raised directly, on a connection kept
+#   hung          proxy/test/hung.sh: a shard that does not answer, stopped
+#                 or restarted: class 08 within the bound the DBA sets
 #   setup         proxy/test/setup.sh: README.md's proxy set-up, as written,
 #                 with scram logins and least-privileged roles
 #   examples      test/examples.sh: examples/ in a short mode, each with its
@@ -146,7 +150,8 @@ count_tap "$LOG" $rc
 
 # SCRIPT or SCRIPT:ARGUMENT
 for entry in test/stress test/wait test/leases test/leases:memory test/locks test/memory \
-	test/exporter proxy/test/proxy proxy/test/partitions proxy/test/stats proxy/test/setup test/examples; do
+	test/exporter proxy/test/proxy proxy/test/partitions proxy/test/stats proxy/test/errors \
+	proxy/test/hung proxy/test/setup test/examples; do
 	script=${entry%%:*}
 	arg=${entry#"$script"}
 	arg=${arg#:}

@@ -13,7 +13,8 @@
 #                                 "proxy": tokenbucket_proxy, the foreign
 #                                 server tokenbucket with partition i in
 #                                 database DB of server NAME (created, with
-#                                 tokenbucket), and a user mapping for all
+#                                 tokenbucket and tokenbucket_shard), and a
+#                                 user mapping for all
 #   px_cleanup                    stop every server and remove $PX
 
 declare -A PX_PORT=()
@@ -71,7 +72,7 @@ px_cluster() {
 	for part in "$@"; do
 		name=${part%%:*} db=${part#*:}
 		px_psql "$name" postgres -c "CREATE DATABASE $db"
-		px_psql "$name" "$db" -c 'CREATE EXTENSION tokenbucket'
+		px_psql "$name" "$db" -c 'CREATE EXTENSION tokenbucket' -c 'CREATE EXTENSION tokenbucket_shard'
 		options+=("p$i 'host=127.0.0.1 port=${PX_PORT[$name]} dbname=$db'")
 		i=$((i + 1))
 	done

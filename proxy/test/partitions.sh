@@ -33,7 +33,7 @@ px_server a
 px_server proxy
 for db in "${DBS[@]}"; do
 	px_psql a postgres -c "CREATE DATABASE $db"
-	px_psql a "$db" -c 'CREATE EXTENSION tokenbucket'
+	px_psql a "$db" -c 'CREATE EXTENSION tokenbucket' -c 'CREATE EXTENSION tokenbucket_shard'
 done
 px_psql proxy postgres -c 'CREATE DATABASE tb'
 P -c 'CREATE EXTENSION tokenbucket_proxy CASCADE'

@@ -1,0 +1,418 @@
+/* tokenbucket_shard--1.0.sql: what tokenbucket_proxy calls on each shard. */
+
+-- complain if script is sourced in psql, rather than via CREATE EXTENSION
+\echo Use "CREATE EXTENSION tokenbucket_shard" to load this file. \quit
+
+--
+-- tokenbucket_proxy (1.3 and later) calls these on the shards, in each
+-- partition's database, instead of tokenbucket's functions: PL/Proxy drops
+-- its connection to a shard after any error the shard raises, so that a
+-- call for a name that does not exist would cost a new connection (tens of
+-- milliseconds, a new backend on the shard).  Each tb_routed_<f> runs
+-- tokenbucket's tb_<f> with the same arguments and returns its result, or
+-- the error it raised as data (error: SQLSTATE, message, detail, hint); the
+-- proxy raises that error again, with the same SQLSTATE.  The call runs in a
+-- subtransaction (plpgsql's EXCEPTION block), so an error leaves nothing
+-- done, as it does for a direct call.  A cancel (57014) is not caught: it
+-- ends the call as before.
+--
+-- They run as their caller (not SECURITY DEFINER) and do no more than the
+-- tokenbucket function each wraps, which checks the caller's privileges as
+-- it does for a direct call (a refusal comes back as data, 42501): so
+-- PUBLIC may execute them all.  They must be in tokenbucket's schema, the
+-- schema the proxy's functions are in.
+--
+DO $$
+BEGIN
+	IF pg_catalog.to_regprocedure('@extschema@.tb_acquire(text, float8, float8)') IS NULL THEN
+		RAISE EXCEPTION 'tokenbucket_shard must be created in the schema of tokenbucket 1.7 or later'
+			USING ERRCODE = 'invalid_schema_name',
+				  DETAIL = 'No function @extschema@.tb_acquire(text, float8, float8) exists.',
+				  HINT = 'Create it in tokenbucket''s schema: CREATE EXTENSION tokenbucket_shard SCHEMA <the schema of tokenbucket>;';
+	END IF;
+END
+$$;
+
+CREATE FUNCTION @extschema@.tb_routed_acquire(name text,
+	OUT result boolean, OUT error text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	result := @extschema@.tb_acquire(name);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_acquire(text) IS
+	'tb_acquire(text) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_acquire(name text, cost float8,
+	OUT result boolean, OUT error text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	result := @extschema@.tb_acquire(name, cost);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_acquire(text, float8) IS
+	'tb_acquire(text, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_acquire(name text, cost float8, reserve float8,
+	OUT result boolean, OUT error text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	result := @extschema@.tb_acquire(name, cost, reserve);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_acquire(text, float8, float8) IS
+	'tb_acquire(text, float8, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_try(name text, cost float8,
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8, OUT error text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	SELECT t.granted, t.remaining, t.retry_after, t.reset_after, t.retry_after_seconds, t.reset_after_seconds
+	INTO granted, remaining, retry_after, reset_after, retry_after_seconds, reset_after_seconds
+	FROM @extschema@.tb_try(name, cost) AS t;
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_try(text, float8) IS
+	'tb_try(text, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_try(name text, cost float8, reserve float8,
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8, OUT error text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	SELECT t.granted, t.remaining, t.retry_after, t.reset_after, t.retry_after_seconds, t.reset_after_seconds
+	INTO granted, remaining, retry_after, reset_after, retry_after_seconds, reset_after_seconds
+	FROM @extschema@.tb_try(name, cost, reserve) AS t;
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_try(text, float8, float8) IS
+	'tb_try(text, float8, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_peek(name text, cost float8,
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8, OUT error text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	SELECT t.granted, t.remaining, t.retry_after, t.reset_after, t.retry_after_seconds, t.reset_after_seconds
+	INTO granted, remaining, retry_after, reset_after, retry_after_seconds, reset_after_seconds
+	FROM @extschema@.tb_peek(name, cost) AS t;
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_peek(text, float8) IS
+	'tb_peek(text, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_peek(name text, cost float8, reserve float8,
+	OUT granted boolean, OUT remaining float8, OUT retry_after interval,
+	OUT reset_after interval, OUT retry_after_seconds float8,
+	OUT reset_after_seconds float8, OUT error text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	SELECT t.granted, t.remaining, t.retry_after, t.reset_after, t.retry_after_seconds, t.reset_after_seconds
+	INTO granted, remaining, retry_after, reset_after, retry_after_seconds, reset_after_seconds
+	FROM @extschema@.tb_peek(name, cost, reserve) AS t;
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_peek(text, float8, float8) IS
+	'tb_peek(text, float8, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_acquire_wait(name text, cost float8, timeout interval,
+	OUT result boolean, OUT error text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	result := @extschema@.tb_acquire_wait(name, cost, timeout);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_acquire_wait(text, float8, interval) IS
+	'tb_acquire_wait(text, float8, interval) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_acquire_all(names text[], costs float8[],
+	OUT result boolean, OUT error text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	result := @extschema@.tb_acquire_all(names, costs);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_acquire_all(text[], float8[]) IS
+	'tb_acquire_all(text[], float8[]) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_acquire_all(names text[], costs float8[], reserve float8,
+	OUT result boolean, OUT error text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	result := @extschema@.tb_acquire_all(names, costs, reserve);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_acquire_all(text[], float8[], float8) IS
+	'tb_acquire_all(text[], float8[], float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_acquire_all_wait(names text[], costs float8[], timeout interval,
+	OUT result boolean, OUT error text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	result := @extschema@.tb_acquire_all_wait(names, costs, timeout);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_acquire_all_wait(text[], float8[], interval) IS
+	'tb_acquire_all_wait(text[], float8[], interval) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_try_all(names text[], costs float8[])
+RETURNS TABLE (name text, granted boolean, remaining float8, retry_after interval,
+			   reset_after interval, retry_after_seconds float8,
+			   reset_after_seconds float8, error text[])
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	RETURN QUERY
+	SELECT t.name, t.granted, t.remaining, t.retry_after, t.reset_after, t.retry_after_seconds, t.reset_after_seconds, CAST(NULL AS text[])
+	FROM @extschema@.tb_try_all(names, costs) AS t;
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	RETURN QUERY
+	SELECT CAST(NULL AS text), CAST(NULL AS boolean), CAST(NULL AS float8), CAST(NULL AS interval), CAST(NULL AS interval), CAST(NULL AS float8), CAST(NULL AS float8),
+		   ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_try_all(text[], float8[]) IS
+	'tb_try_all(text[], float8[]) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_try_all(names text[], costs float8[], reserve float8)
+RETURNS TABLE (name text, granted boolean, remaining float8, retry_after interval,
+			   reset_after interval, retry_after_seconds float8,
+			   reset_after_seconds float8, error text[])
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	RETURN QUERY
+	SELECT t.name, t.granted, t.remaining, t.retry_after, t.reset_after, t.retry_after_seconds, t.reset_after_seconds, CAST(NULL AS text[])
+	FROM @extschema@.tb_try_all(names, costs, reserve) AS t;
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	RETURN QUERY
+	SELECT CAST(NULL AS text), CAST(NULL AS boolean), CAST(NULL AS float8), CAST(NULL AS interval), CAST(NULL AS interval), CAST(NULL AS float8), CAST(NULL AS float8),
+		   ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_try_all(text[], float8[], float8) IS
+	'tb_try_all(text[], float8[], float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_refund(name text, tokens float8,
+	OUT result float8, OUT error text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	result := @extschema@.tb_refund(name, tokens);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_refund(text, float8) IS
+	'tb_refund(text, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_settle(name text, reserved float8, used float8,
+	OUT result float8, OUT error text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	result := @extschema@.tb_settle(name, reserved, used);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_settle(text, float8, float8) IS
+	'tb_settle(text, float8, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_sync(name text, remaining float8,
+	OUT result float8, OUT error text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	result := @extschema@.tb_sync(name, remaining);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_sync(text, float8) IS
+	'tb_sync(text, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_pause(name text, duration interval, OUT error text[])
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	PERFORM @extschema@.tb_pause(name, duration);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_pause(text, interval) IS
+	'tb_pause(text, interval) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_pause_until(name text, until timestamptz, OUT error text[])
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	PERFORM @extschema@.tb_pause_until(name, until);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_pause_until(text, timestamptz) IS
+	'tb_pause_until(text, timestamptz) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_reset(name text, OUT error text[])
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+DECLARE
+	detail text;
+	hint text;
+BEGIN
+	PERFORM @extschema@.tb_reset(name);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_routed_reset(text) IS
+	'tb_reset(text) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';

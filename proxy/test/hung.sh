@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# proxy/test/hung.sh: a shard that does not answer, is down or restarts,
+# through tokenbucket_proxy (issue 26, findings 1 and 6).  Four partitions:
+# p0 and p3 on server a, p1 on a listener that accepts connections and never
+# answers, p2 on server b; the cluster has query_timeout '2' and the caller
+# statement_timeout = '2s', as README.md's set-up has them.  Each case runs
+# in one proxy session and is timed there: a call to the listener, and one
+# to a shard backend stopped with SIGSTOP, end within the bound with 08006
+# and a hint that they may be retried, and the session's next call is
+# served at once; a call to a shard that is down fails with 08001; calls
+# on connections that a restart of the shard broke are served (run once
+# more on a new connection), never XX000.  Prints TAP.
+set -euo pipefail
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
+source "$TOP/scripts/common.sh"
+source "$TOP/proxy/test/cluster.sh"
+W=$(mktemp -d)
+LISTENER=
+cleanup() {
+	[ ! -s "$W/pid" ] || kill -CONT "$(cat "$W/pid")" 2>/dev/null || true
+	[ -z "$LISTENER" ] || kill "$LISTENER" 2>/dev/null || true
+	px_cleanup
+	[ -n "${KEEP:-}" ] || rm -rf "$W"
+}
+trap cleanup EXIT
+
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; printf '#   %s\n' "$@"; }
+P() { px_psql proxy tb "$@"; }
+
+echo "1..8"
+px_init
+for s in a b proxy; do px_server "$s"; done
+px_cluster tb a:tb_p0 a:tb_p1 b:tb_p2 a:tb_p3 2>/dev/null
+# a listener that accepts and never answers, in place of p1
+port=$(tb_free_port)
+/usr/bin/python3 - "$port" <<'PY' &
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(64)
+held = []
+while True:
+    held.append(s.accept()[0])
+PY
+LISTENER=$!
+P -c "ALTER SERVER tokenbucket OPTIONS (SET p1 'host=127.0.0.1 port=$port dbname=tb_p1', ADD query_timeout '2')"
+# a bucket on each partition
+for p in 0 1 2 3; do
+	name[$p]=$(P -c "SELECT n FROM (SELECT 'n' || i AS n FROM generate_series(1, 100) AS i) AS s
+	                 WHERE tb_shard(n) = $p LIMIT 1")
+done
+for p in 0 2 3; do P -c "SELECT tb_create('${name[$p]}', 1000, 1000)" >/dev/null; done
+
+# run SQL in one proxy session as a caller with statement_timeout = 2s,
+# printing each error as "error SQLSTATE | message | hint" and the seconds
+# each statement took as "took N"
+session() {
+	{
+		echo "SET statement_timeout = '2s';"
+		sed -e "s/^SELECT /SELECT clock_timestamp() AS t0 \\\\gset\nSELECT /" \
+			-e "s/;\$/;\nSELECT 'took ' || round(extract(epoch FROM clock_timestamp() - :'t0')::numeric, 1);/"
+	} >"$W/session.sql"
+	P -v ON_ERROR_STOP=0 -v VERBOSITY=verbose -f "$W/session.sql" 2>&1 |
+		sed -E -e 's/^psql:[^ ]+ ERROR:  ([0-9A-Z]{5}): (.*)$/error \1 | \2/' -e 's/^HINT:  /hint: /' |
+		tee -a "$W/log"
+}
+# took N from the Kth statement of the output (1 is the first)
+took() { grep '^took ' <<<"$1" | sed -n "${2}p" | awk '{print $2}'; }
+
+# 1-2. the listener: 08006 within the bound, the session free at once
+out=$(session <<SQL
+SELECT tb_acquire('${name[1]}');
+SELECT tb_acquire('${name[0]}');
+SQL
+)
+t=$(took "$out" 1)
+if grep -q "^error 08006 | the shard of token bucket \"${name[1]}\" did not answer" <<<"$out" &&
+	grep -q '^hint: .*may be retried' <<<"$out" && awk -v t="$t" 'BEGIN { exit !(t >= 1.5 && t < 20) }'; then
+	ok "a listener that never answers: 08006 after $t s (statement_timeout 2s), with a hint to retry"
+else
+	not_ok "a listener that never answers" "$out"
+fi
+t=$(took "$out" 2)
+if grep -qx 't' <<<"$out" && awk -v t="$t" 'BEGIN { exit !(t < 1) }'; then
+	ok "the same session's next call, on another partition, is served in $t s"
+else
+	not_ok "the session after the listener" "$out"
+fi
+
+# 3-4. a shard backend stopped with SIGSTOP: 08006 within the bound
+# (stop.sh stops the backend that serves the proxy on p2, cont.sh lets it go)
+cat >"$W/stop.sh" <<SH
+psql -X -A -t -q -h 127.0.0.1 -p ${PX_PORT[b]} -U postgres -d postgres \\
+	-c "SELECT pid FROM pg_stat_activity WHERE datname = 'tb_p2'" >"$W/pid"
+kill -STOP \$(cat "$W/pid")
+SH
+echo "kill -CONT \$(cat '$W/pid')" >"$W/cont.sh"
+out=$(session <<SQL
+SELECT tb_acquire('${name[2]}');
+\\! bash $W/stop.sh
+SELECT tb_acquire('${name[2]}');
+\\! bash $W/cont.sh
+SELECT tb_acquire('${name[0]}');
+SQL
+)
+t=$(took "$out" 2)
+if [ "$(wc -l <"$W/pid")" = 1 ] &&
+	grep -q "^error 08006 | lost the connection to the shard of token bucket \"${name[2]}\"" <<<"$out" &&
+	grep -q '^hint: .*may be retried' <<<"$out" && awk -v t="$t" 'BEGIN { exit !(t >= 1.5 && t < 30) }'; then
+	ok "a shard backend stopped with SIGSTOP: 08006 after $t s (statement_timeout 2s, query_timeout 2), with a hint"
+else
+	not_ok "a shard backend stopped with SIGSTOP" "$out"
+fi
+t=$(took "$out" 3)
+if [ "$(grep -cx 't' <<<"$out")" = 2 ] && awk -v t="$t" 'BEGIN { exit !(t < 1) }'; then
+	ok "the same session's next call is served in $t s"
+else
+	not_ok "the session after the stopped shard" "$out"
+fi
+
+# 5. a shard that is down: 08001, nothing done, never XX000
+px_stop b
+out=$(session <<SQL
+SELECT tb_acquire('${name[2]}');
+SQL
+)
+if grep -q "^error 08001 | could not connect to the shard of token bucket \"${name[2]}\"" <<<"$out" &&
+	grep -q '^hint: .*did nothing: it may be retried' <<<"$out" && grep -q 'tb_p2.*Connection refused' <<<"$out"; then
+	ok "a shard that is down: 08001 naming tb_p2, with a hint to retry"
+else
+	not_ok "a shard that is down" "$out"
+fi
+px_start b
+
+# 6-7. a restart breaks the session's connection: the next calls, a
+# tb_acquire and a tb_peek, are served on a new one
+out=$(session <<SQL
+SELECT tb_acquire('${name[2]}');
+\\! runuser -u postgres -- $PGBIN/pg_ctl -D $PX/b -m fast -w -s restart -l $PX/b.log
+SELECT tb_acquire('${name[2]}');
+SELECT granted FROM tb_peek('${name[2]}');
+SQL
+)
+if [ "$(grep -cx 't' <<<"$out")" = 3 ] && ! grep -q '^error' <<<"$out"; then
+	ok "a shard restarted under a session: its next tb_acquire and tb_peek are served"
+else
+	not_ok "calls after a restart" "$out"
+fi
+if [ "$(grep -c '^took ' "$W/log")" -ge 9 ] && ! grep -q 'error XX000' "$W/log"; then
+	ok "no call above ended with XX000"
+else
+	not_ok "XX000 seen" "$(grep 'error XX000' "$W/log")"
+fi
+
+# 8. nothing left running
+kill "$LISTENER" 2>/dev/null || true
+LISTENER=
+px_cleanup
+if ! pgrep -f "$PX" >/dev/null; then
+	ok "every server stopped, nothing left running"
+else
+	not_ok "processes left" "$(pgrep -af "$PX")"
+fi
