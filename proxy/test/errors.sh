@@ -11,15 +11,7 @@
 # costs each side, against PL/Proxy's plain call.  Prints TAP.
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
-source "$TOP/scripts/common.sh"
-source "$TOP/proxy/test/cluster.sh"
-W=$(mktemp -d)
-trap 'px_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; printf '#   %s\n' "$@"; }
-P() { px_psql proxy tb "$@"; }
+source "$TOP/proxy/test/tap.sh"
 
 echo "1..6"
 px_init

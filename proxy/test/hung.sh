@@ -12,22 +12,12 @@
 # more on a new connection), never XX000.  Prints TAP.
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
-source "$TOP/scripts/common.sh"
-source "$TOP/proxy/test/cluster.sh"
-W=$(mktemp -d)
+source "$TOP/proxy/test/tap.sh"
 LISTENER=
-cleanup() {
+px_on_exit() {
 	[ ! -s "$W/pid" ] || kill -CONT "$(cat "$W/pid")" 2>/dev/null || true
 	[ -z "$LISTENER" ] || kill "$LISTENER" 2>/dev/null || true
-	px_cleanup
-	[ -n "${KEEP:-}" ] || rm -rf "$W"
 }
-trap cleanup EXIT
-
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; printf '#   %s\n' "$@"; }
-P() { px_psql proxy tb "$@"; }
 
 echo "1..8"
 px_init

@@ -14,16 +14,9 @@
 # than doing nothing.  Prints TAP.
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
-source "$TOP/scripts/common.sh"
-source "$TOP/proxy/test/cluster.sh"
-W=$(mktemp -d)
+source "$TOP/proxy/test/tap.sh"
 export PGOPTIONS="-c client_min_messages=warning"
-trap 'px_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; printf '#   %s\n' "$@"; }
-P() { px_psql proxy tb "$@"; }
 DBS=(tb_q0 tb_q1 tb_q2 tb_q3)
 conn() { echo "host=127.0.0.1 port=${PX_PORT[a]} dbname=$1"; }
 

@@ -13,22 +13,15 @@
 # TAP.
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
-source "$TOP/scripts/common.sh"
-source "$TOP/proxy/test/cluster.sh"
+source "$TOP/proxy/test/tap.sh"
 : "${STRESS_SECONDS:=10}"
-W=$(mktemp -d)
-trap 'px_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; printf '#   %s\n' "$@"; }
 # check DESCRIPTION SQL: ok when SQL, run on the proxy database, is true
 check() {
 	local got
 	got=$(P -c "SELECT ($2)::text" 2>&1) || true
 	if [ "$got" = true ]; then ok "$1"; else not_ok "$1" "failed: $2" "got: $got"; fi
 }
-P() { px_psql proxy tb "$@"; }
 # the partition a name is on, by the rule README.md documents, computed
 # without PostgreSQL
 expected_partition() {

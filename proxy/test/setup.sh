@@ -14,15 +14,9 @@
 # nothing back, as the README says.  Prints TAP.
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
-source "$TOP/scripts/common.sh"
-source "$TOP/proxy/test/cluster.sh"
-W=$(mktemp -d)
+source "$TOP/proxy/test/tap.sh"
 export PGOPTIONS="-c client_min_messages=warning"
-trap 'px_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; printf '#   %s\n' "$@"; }
 # as ROLE PASSWORD SERVER DB [psql args]: a password login over TCP
 as() {
 	local role=$1 password=$2 server=$3 db=$4

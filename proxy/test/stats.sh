@@ -14,16 +14,9 @@
 # b and its port.  Prints TAP.
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
-source "$TOP/scripts/common.sh"
-source "$TOP/proxy/test/cluster.sh"
-W=$(mktemp -d)
+source "$TOP/proxy/test/tap.sh"
 export PGOPTIONS="-c client_min_messages=warning"
-trap 'px_cleanup; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; printf '#   %s\n' "$@"; }
-P() { px_psql proxy tb "$@"; }
 # is DESCRIPTION GOT EXPECTED
 is() {
 	if [ "$2" = "$3" ]; then ok "$1"; else not_ok "$1" "got:      $2" "expected: $3"; fi
