@@ -161,6 +161,30 @@ static int	maxmade = 0;		/* where a walk of the hash costs its buckets */
 static int	deepest = 0;		/* no count is kept at a deeper level */
 static List *forgets = NIL;
 
+/*
+ * hash_search() support for PendingId: the name's used bytes and the
+ * level (a blob hash would read all SHARED_NAME_MAX_BYTES of the name, on
+ * every call counted)
+ */
+static uint32
+pending_id_hash(const void *key, Size keysize)
+{
+	const PendingId *id = key;
+
+	return hash_combine(shared_key_long_hash(&id->key, sizeof(SharedKey)), id->level);
+}
+
+/* hash_search() support for PendingId: 0 when equal. */
+static int
+pending_id_match(const void *key1, const void *key2, Size keysize)
+{
+	const PendingId *a = key1;
+	const PendingId *b = key2;
+
+	return a->level != b->level ||
+		shared_key_long_match(&a->key, &b->key, sizeof(SharedKey));
+}
+
 /* Note that "pending" is in the hash, for flush() and reset_transaction(). */
 static void
 made_add(Pending *pending)
@@ -425,6 +449,30 @@ count_in(const SharedKey *key, StatsKind kind, int template_len,
 	return false;
 }
 
+/*
+ * The long key of the template of bucket "name" of installation "relid":
+ * its first "template_len" - 1 bytes and '*'.
+ */
+static void
+template_key(SharedKey *key, Oid relid, const char *name, int template_len)
+{
+	char	   *t;
+
+	if (template_len <= SHARED_NAME_MAX_BYTES)
+	{
+		/* the key itself holds it: what shared_key_long() makes, in place */
+		shared_key_long(key, relid, name, template_len - 1);
+		key->len = template_len;
+		key->name[template_len - 1] = '*';
+		return;
+	}
+	t = palloc(template_len);
+	memcpy(t, name, template_len - 1);
+	t[template_len - 1] = '*';
+	shared_key_long(key, relid, t, template_len);
+	pfree(t);
+}
+
 /* The installation's own entry: when its counters were last reset. */
 static TimestampTz
 installation_since(Oid relid)
@@ -475,14 +523,7 @@ pending_template(Pending *pending, Oid relid, text *name, int template_len,
 		template_len = known_template(&pending->id.key);
 	pending->template_len = template_len >= 0 ? template_len : template_of(arg);
 	if (pending->template_len > 0)
-	{
-		char	   *t = palloc(pending->template_len);
-
-		memcpy(t, VARDATA_ANY(name), pending->template_len - 1);
-		t[pending->template_len - 1] = '*';
-		shared_key_long(&pending->template, relid, t, pending->template_len);
-		pfree(t);
-	}
+		template_key(&pending->template, relid, VARDATA_ANY(name), pending->template_len);
 }
 
 /*
@@ -527,14 +568,6 @@ stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
 		else if (sink != NULL)
 			pending->sink = sink;
 	}
-	else if (pendings != NULL &&
-			 (pending = hash_search(pendings, &id, HASH_FIND, NULL)) != NULL)
-	{
-		/* a store that keeps its keys' counters knows it now */
-		if (sink != NULL)
-			pending->sink = sink;
-		set_last(pending);
-	}
 	else
 	{
 		if (pendings == NULL)
@@ -546,9 +579,11 @@ stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
 														ALLOCSET_SMALL_SIZES);
 			info.keysize = sizeof(PendingId);
 			info.entrysize = sizeof(Pending);
+			info.hash = pending_id_hash;
+			info.match = pending_id_match;
 			info.hcxt = pending_context;
 			pendings = hash_create("tokenbucket counts", PENDINGS_KEPT, &info,
-								   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+								   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
 		}
 		pending = hash_search(pendings, &id, HASH_ENTER, &found);
 		if (!found)
@@ -560,6 +595,9 @@ stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
 			memset(&pending->counters, 0, sizeof(StatsCounters));
 			made_add(pending);
 		}
+		else if (sink != NULL)
+			pending->sink = sink;	/* a store that keeps its keys' counters
+									 * knows it now */
 		set_last(pending);
 	}
 	pending->at = now;
@@ -583,12 +621,7 @@ stats_count_now(Oid relid, const char *name, int len, int template_len,
 		return;
 	if (template_len > 0)
 	{
-		char	   *t = palloc(template_len);
-
-		memcpy(t, name, template_len - 1);
-		t[template_len - 1] = '*';
-		shared_key_long(&key, relid, t, template_len);
-		pfree(t);
+		template_key(&key, relid, name, template_len);
 		(void) count_in(&key, STATS_TEMPLATE, 0, delta, now);
 	}
 	shared_key_long(&key, relid, name, len);
