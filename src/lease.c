@@ -665,17 +665,28 @@ cached_slot(text *name)
 									 VARSIZE_ANY_EXHDR(name)) % CACHED_LIMITS];
 }
 
-/* The memory limit "name" of "relid", read at "generation", or NULL. */
-static const LimitFound *
+/* A generation for the lookups below: whatever was read, current or not. */
+#define ANY_GENERATION PG_UINT64_MAX
+
+/* Whether "cached" was read at "generation" (an empty one never was). */
+static bool
+cached_at(const CachedLimit *cached, uint64 generation)
+{
+	return cached->generation != 0 &&
+		(generation == ANY_GENERATION || cached->generation == generation);
+}
+
+/* The memory limit "name" of "relid" as read at "generation", or NULL. */
+static CachedLimit *
 cached_limit(Oid relid, text *name, uint64 generation)
 {
 	CachedLimit *cached = cached_slot(name);
 
-	if (generation == 0 || cached->generation != generation || cached->relid != relid ||
+	if (!cached_at(cached, generation) || cached->relid != relid ||
 		cached->len != (int) VARSIZE_ANY_EXHDR(name) ||
 		memcmp(cached->name, VARDATA_ANY(name), cached->len) != 0)
 		return NULL;
-	return &cached->limit;
+	return cached;
 }
 
 /*
@@ -688,25 +699,37 @@ static CachedLimit cached_templates[CACHED_TEMPLATES];	/* name: the prefix */
 static int	next_cached_template = 0;
 
 /* The memory template whose prefix "name" starts with, read at "generation", or NULL. */
-static const LimitFound *
+static CachedLimit *
 cached_template(Oid relid, text *name, uint64 generation)
 {
 	int			len = VARSIZE_ANY_EXHDR(name);
 
-	for (int i = 0; i < CACHED_TEMPLATES && generation != 0; i++)
+	for (int i = 0; i < CACHED_TEMPLATES; i++)
 	{
 		CachedLimit *cached = &cached_templates[i];
 
-		if (cached->generation == generation && cached->relid == relid &&
+		if (cached_at(cached, generation) && cached->relid == relid &&
 			len >= cached->len && memcmp(cached->name, VARDATA_ANY(name), cached->len) == 0)
-			return &cached->limit;
+			return cached;
 	}
 	return NULL;
 }
 
+/* What the cache holds for limit "name" of "relid", read at "generation", or NULL. */
+static CachedLimit *
+cached_entry(Oid relid, text *name, uint64 generation)
+{
+	CachedLimit *cached = cached_limit(relid, name, generation);
+
+	return cached ? cached : cached_template(relid, name, generation);
+}
+
 /*
  * Keep memory limit "limit" of "name", read at "generation"; a template
- * that alone makes the names after its prefix, under its prefix.
+ * that alone makes the names after its prefix, under its prefix.  A table
+ * limit is not kept, and what was kept for its name is forgotten: what
+ * the cache holds, current or not, is also the hint that a name is a
+ * memory limit's (lease_take_or_refuse()).
  */
 static void
 cache_limit(Oid relid, text *name, uint64 generation, const LimitFound *limit)
@@ -714,7 +737,13 @@ cache_limit(Oid relid, text *name, uint64 generation, const LimitFound *limit)
 	CachedLimit *cached = cached_slot(name);
 	int			len = VARSIZE_ANY_EXHDR(name);
 
-	if (generation == 0 || !limit->memory || len > MEMORY_LIMIT_NAME_MAX)
+	if (!limit->memory)
+	{
+		while ((cached = cached_entry(relid, name, ANY_GENERATION)) != NULL)
+			cached->generation = 0;
+		return;
+	}
+	if (generation == 0 || len > MEMORY_LIMIT_NAME_MAX)
 		return;
 	if (limit->alone && limit->template_len > 0)
 	{
@@ -960,43 +989,11 @@ lease_take_whole(LeaseAsk *ask, TimestampTz now)
 }
 
 /*
- * The memory limit this backend leased from last: its name, or the
- * prefix of the template that made it.  Only a hint of which to try
- * first: a name it covers looks its limit up before trying a table
- * slot, so that a memory lease runs one statement, not two.
- */
-static Oid	memory_hint_relid = InvalidOid;
-static char memory_hint[LIMIT_NAME_MAX_BYTES];
-static int	memory_hint_len = -1;	/* a template's prefix: ends before '*' */
-static bool memory_hint_prefix = false;
-
-/* Whether limit "name" of "relid" is, by the hint, a memory limit. */
-static bool
-memory_hinted(Oid relid, text *name)
-{
-	int			len = VARSIZE_ANY_EXHDR(name);
-
-	if (relid != memory_hint_relid || memory_hint_len < 0 ||
-		(memory_hint_prefix ? len < memory_hint_len : len != memory_hint_len))
-		return false;
-	return memcmp(VARDATA_ANY(name), memory_hint, memory_hint_len) == 0;
-}
-
-/* Remember memory limit "name" (made by a template of "template_len"). */
-static void
-memory_hint_set(Oid relid, text *name, int template_len)
-{
-	memory_hint_relid = relid;
-	memory_hint_prefix = template_len > 0;
-	memory_hint_len = memory_hint_prefix ? template_len - 1 : (int) VARSIZE_ANY_EXHDR(name);
-	memcpy(memory_hint, VARDATA_ANY(name), memory_hint_len);
-}
-
-/*
  * lease_take_whole(); refused, the limit looked up (its errors): a memory
  * limit's lease taken in shared memory, or a table limit lacking slots
- * made and tried once more.  A name the hint says is a memory limit's is
- * looked up first.
+ * made and tried once more.  A name the cache holds, even as read before
+ * the last change of tb_limits, was a memory limit's: it is looked up
+ * first, so that a memory lease runs one statement, not two.
  */
 static bool
 lease_take_or_refuse(LeaseAsk *ask, TimestampTz now)
@@ -1004,7 +1001,7 @@ lease_take_or_refuse(LeaseAsk *ask, TimestampTz now)
 	bool		table_tried = false;
 
 	ask->memory = false;
-	if (!memory_hinted(ask->relid, ask->name))
+	if (cached_entry(ask->relid, ask->name, ANY_GENERATION) == NULL)
 	{
 		if (lease_take_whole(ask, now))
 			return true;
@@ -1019,7 +1016,6 @@ lease_take_or_refuse(LeaseAsk *ask, TimestampTz now)
 		ask->memory = limit.memory;
 		if (!limit.memory)
 		{
-			memory_hint_len = -1;
 			if (!table_tried && lease_take_whole(ask, now))
 				return true;
 			if (limit.made >= limit.max_in_flight)
@@ -1027,7 +1023,6 @@ lease_take_or_refuse(LeaseAsk *ask, TimestampTz now)
 			add_slots(ask->relid, ask->name, limit.max_in_flight);
 			return lease_take_whole(ask, now);
 		}
-		memory_hint_set(ask->relid, ask->name, limit.template_len);
 		if (lease_memory(ask, &limit, generation, now, &stale))
 			return true;
 		if (!stale)
@@ -1101,17 +1096,17 @@ lease_fast(FunctionCallInfo fcinfo, LeaseAsk *ask, bool *granted)
 {
 	/* leases dropped from before the configuration is checked: see lease_memory.c */
 	uint64		generation = lease_memory_generation();
+	const CachedLimit *cached;
 	const LimitFound *limit;
 	bool		stale;
 
 	uint64		config = lease_memory_config_generation();
 
 	ask->relid = installation_table(fcinfo);
-	limit = cached_limit(ask->relid, ask->name, config);
-	if (limit == NULL)
-		limit = cached_template(ask->relid, ask->name, config);
-	if (limit == NULL)
+	cached = config != 0 ? cached_entry(ask->relid, ask->name, config) : NULL;
+	if (cached == NULL)
 		return false;
+	limit = &cached->limit;
 	ask->limits = installation_limits(fcinfo);
 	ask->caller = GetUserId();
 	ask->template_len = limit->template_len;
