@@ -81,7 +81,7 @@ bench:
 bench-compare:
 	bash bench/compare.sh $(BASE) $(OTHER)
 
-# Instructions per call (callgrind) of SELECT 1 and three kinds of grant,
+# Instructions per call (callgrind) of SELECT 1 and four kinds of grant,
 # on two revisions (bench/instructions.sh); repeatable on a busy machine.
 bench-instructions:
 	bash bench/instructions.sh $(BASE) $(OTHER)
