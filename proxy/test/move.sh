@@ -138,7 +138,8 @@ if [[ $out == "ERROR:  55P03: sessions that began before the fence of partition 
 	[ "$(P -c "SELECT tb_acquire('b0')" 2>&1)" = t ]; then
 	ok "a transaction older than the fence outlasting fence_timeout: 55P03, fence and copies undone"
 else
-	not_ok "a transaction older than the fence" "$out" "$(P -c 'SELECT * FROM tb_cluster_partitions()')" \
+	not_ok "a transaction older than the fence" "$out" \
+		"$(P -c "SELECT string_agg(partition || ' ' || conninfo, ', ' ORDER BY partition) FROM tb_cluster_partitions()")" \
 		"$(px_psql b tb_m1 -c 'SELECT count(*) FROM tb_buckets')" "$(P -c "SELECT tb_acquire('b0')" 2>&1)"
 fi
 
