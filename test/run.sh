@@ -29,6 +29,9 @@
 #                 or restarted: class 08 within the bound the DBA sets
 #   setup         proxy/test/setup.sh: README.md's proxy set-up, as written,
 #                 with scram logins and least-privileged roles
+#   move          proxy/test/move.sh: four partitions on one server moved,
+#                 three of them, to two others under load: fenced calls
+#                 fail with class 08, no window overdrawn, each bucket once
 #   examples      test/examples.sh: examples/ in a short mode, each with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
 #
@@ -151,7 +154,7 @@ count_tap "$LOG" $rc
 # SCRIPT or SCRIPT:ARGUMENT
 for entry in test/stress test/wait test/leases test/leases:memory test/locks test/memory \
 	test/exporter proxy/test/proxy proxy/test/partitions proxy/test/stats proxy/test/errors \
-	proxy/test/hung proxy/test/setup test/examples; do
+	proxy/test/hung proxy/test/setup proxy/test/move test/examples; do
 	script=${entry%%:*}
 	arg=${entry#"$script"}
 	arg=${arg#:}

@@ -944,3 +944,401 @@ BEGIN
 	END LOOP;
 END
 $$;
+
+--
+-- From one server to N: tb_move_partition moves one partition's buckets
+-- (and a copy of every template) to another database, while calls go on.
+-- It reads and writes the rows through tokenbucket_shard's tb_move_rows,
+-- tb_move_write and tb_move_delete, over PL/Proxy connections of its own
+-- (CONNECT) to the partition's database and to the new one, with the
+-- user mapping's options added to each connection string.
+--
+
+-- a connection string, with the options of the user mapping PL/Proxy
+-- would use for the current user on the server tokenbucket (the user's own,
+-- else PUBLIC's) added, as libpq reads a later keyword over an earlier one
+CREATE FUNCTION @extschema@.tb_move_connstr(conninfo text)
+RETURNS text
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+AS $$
+SELECT conninfo OPERATOR(pg_catalog.||) COALESCE((
+	SELECT pg_catalog.string_agg(pg_catalog.format(' %s=''%s''',
+		pg_catalog.split_part(o.option, '=', 1),
+		pg_catalog.replace(pg_catalog.replace(
+			pg_catalog.substr(o.option, pg_catalog.strpos(o.option, '=') OPERATOR(pg_catalog.+) 1),
+			'\', '\\'), '''', '\''')), '')
+	FROM (SELECT m.umoptions FROM pg_catalog.pg_user_mappings AS m
+		  WHERE m.srvname OPERATOR(pg_catalog.=) 'tokenbucket'
+			AND m.usename OPERATOR(pg_catalog.=) ANY (ARRAY[CAST(CURRENT_USER AS text), 'public'])
+		  ORDER BY m.usename OPERATOR(pg_catalog.=) 'public'
+		  LIMIT 1) AS u,
+		 pg_catalog.unnest(u.umoptions) AS o(option)), '')
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_move_connstr(text) IS
+	'a connection string with the options of the current user''s user mapping on the server tokenbucket added: how tb_move_partition connects';
+
+CREATE FUNCTION @extschema@.tb_move_remote_rows(connstr text,
+	OUT name text, OUT memory boolean, OUT is_template boolean, OUT data text)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE STRICT
+AS $$
+	CONNECT connstr;
+	SELECT r.name, r.memory, r.is_template, r.data FROM @extschema@.tb_move_rows() AS r;
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_move_remote_rows(text) IS
+	'tokenbucket_shard''s tb_move_rows in the database of a connection string: its every row of tb_buckets';
+
+CREATE FUNCTION @extschema@.tb_move_remote_write(connstr text, rows text)
+RETURNS int4
+LANGUAGE plproxy VOLATILE STRICT
+AS $$
+	CONNECT connstr;
+	SELECT @extschema@.tb_move_write($2);
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_move_remote_write(text, text) IS
+	'tokenbucket_shard''s tb_move_write in the database of a connection string: rows written over those of the same names';
+
+CREATE FUNCTION @extschema@.tb_move_remote_delete(connstr text, names text[])
+RETURNS int4
+LANGUAGE plproxy VOLATILE STRICT
+AS $$
+	CONNECT connstr;
+	SELECT @extschema@.tb_move_delete($2);
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_move_remote_delete(text, text[]) IS
+	'tokenbucket_shard''s tb_move_delete in the database of a connection string: those rows deleted';
+
+-- the error of a step of a move, in the database "place", raised as the
+-- user can act on it: no connection is 08001, tokenbucket_shard missing
+-- (or older) is 42883 with what to create; anything else as it came
+CREATE FUNCTION @extschema@.tb_move_raise(place text, code text, message text,
+	detail text, hint text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+BEGIN
+	IF code OPERATOR(pg_catalog.=) 'XX000'
+	   AND message OPERATOR(pg_catalog.~) ': (\[[^]]*\] PQconnect(Start|Poll): |connect timeout to: )' THEN
+		RAISE EXCEPTION 'could not connect to %', place
+			USING ERRCODE = 'sqlclient_unable_to_establish_sqlconnection',
+				  DETAIL = message,
+				  HINT = 'tb_move_partition connects with the connection string given (or the partition''s), with the options of your user mapping on the server tokenbucket added: check both.';
+	END IF;
+	IF code OPERATOR(pg_catalog.=) '42883' AND message OPERATOR(pg_catalog.~) 'tb_move_' THEN
+		RAISE EXCEPTION 'tokenbucket_shard is missing from %', place
+			USING ERRCODE = 'undefined_function',
+				  DETAIL = message,
+				  HINT = 'Create tokenbucket and tokenbucket_shard there, in one schema (the proxy''s): CREATE EXTENSION tokenbucket; CREATE EXTENSION tokenbucket_shard;';
+	END IF;
+	PERFORM @extschema@.tb_routed_raise(ARRAY[code, message, NULLIF(detail, ''), NULLIF(hint, '')]);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_move_raise(text, text, text, text, text) IS
+	'raise the error of a step of tb_move_partition in a database: 08001 when it could not connect, 42883 when tokenbucket_shard is missing, else as it came';
+
+-- the rows of a database that tb_move_partition moves for a partition:
+-- every template, and each bucket whose name PL/Proxy's mapping (as
+-- tb_shard computes it, the partitions counted once) sends there
+CREATE FUNCTION @extschema@.tb_move_rows(connstr text, partition int4, place text,
+	OUT name text, OUT memory boolean, OUT is_template boolean, OUT data text)
+RETURNS SETOF record
+LANGUAGE plpgsql VOLATILE STRICT
+AS $$
+DECLARE
+	partitions int4 := @extschema@.tb_partitions();
+	modular boolean := @extschema@.tb_modular_mapping();
+	code text;
+	message text;
+	detail text;
+	hint text;
+BEGIN
+	RETURN QUERY
+	SELECT r.name, r.memory, r.is_template, r.data
+	FROM @extschema@.tb_move_remote_rows(connstr) AS r
+	WHERE r.is_template
+	   OR partition OPERATOR(pg_catalog.=) CASE WHEN modular
+			THEN pg_catalog.abs(@extschema@.tb_shard_hash(r.name) OPERATOR(pg_catalog.%) partitions)
+			ELSE @extschema@.tb_shard_hash(r.name) OPERATOR(pg_catalog.&) (partitions OPERATOR(pg_catalog.-) 1) END;
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+		detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	PERFORM @extschema@.tb_move_raise(place, code, message, detail, hint);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_move_rows(text, int4, text) IS
+	'the rows tb_move_partition moves for a partition, read from a database: every template, and the buckets that hash to the partition';
+
+-- copy a partition's rows (templates included) from one database to
+-- another, over the copies there; refuses memory buckets, whose tokens
+-- are in the old server's shared memory and cannot be read exactly.
+-- Returns the names of the buckets copied, and of the templates.
+CREATE FUNCTION @extschema@.tb_move_copy(source text, target text, partition int4,
+	OUT buckets text[], OUT templates text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE STRICT
+AS $$
+DECLARE
+	rows text;
+	memory_bucket text;
+	code text;
+	message text;
+	detail text;
+	hint text;
+BEGIN
+	SELECT COALESCE(pg_catalog.array_agg(r.name) FILTER (WHERE NOT r.is_template), '{}'),
+		   COALESCE(pg_catalog.array_agg(r.name) FILTER (WHERE r.is_template), '{}'),
+		   pg_catalog.min(r.name) FILTER (WHERE r.memory),
+		   '[' OPERATOR(pg_catalog.||) pg_catalog.string_agg(r.data, ',') OPERATOR(pg_catalog.||) ']'
+	INTO buckets, templates, memory_bucket, rows
+	FROM @extschema@.tb_move_rows(source, partition, 'the partition''s database') AS r;
+	IF memory_bucket IS NOT NULL THEN
+		RAISE EXCEPTION 'partition % holds memory buckets', partition
+			USING ERRCODE = 'feature_not_supported',
+				  DETAIL = pg_catalog.format('"%s" is a memory bucket (or a memory template): its tokens live in its server''s shared memory, which tb_move_partition cannot copy exactly.', memory_bucket),
+				  HINT = 'Move the partition''s database by hand (README.md, "Adding servers later"), or drop its memory buckets first.';
+	END IF;
+	IF rows IS NOT NULL THEN
+		BEGIN
+			PERFORM @extschema@.tb_move_remote_write(target, rows);
+		EXCEPTION WHEN OTHERS THEN
+			GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+				detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+			PERFORM @extschema@.tb_move_raise('the target database', code, message, detail, hint);
+		END;
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_move_copy(text, text, int4) IS
+	'copy a partition''s buckets and every template from one database to another, state included (memory buckets refused): the names of the buckets, and of the templates';
+
+-- delete rows by name in a database, the error raised as tb_move_raise does
+CREATE FUNCTION @extschema@.tb_move_delete(connstr text, names text[], place text)
+RETURNS int4
+LANGUAGE plpgsql VOLATILE STRICT
+AS $$
+DECLARE
+	code text;
+	message text;
+	detail text;
+	hint text;
+BEGIN
+	IF pg_catalog.cardinality(names) OPERATOR(pg_catalog.=) 0 THEN
+		RETURN 0;
+	END IF;
+	RETURN @extschema@.tb_move_remote_delete(connstr, names);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+		detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+	PERFORM @extschema@.tb_move_raise(place, code, message, detail, hint);
+	RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_move_delete(text, text[], text) IS
+	'delete the rows of these names from tb_buckets in a database (tb_move_partition''s clean-up): how many';
+
+--
+-- tb_move_partition(partition, conninfo): move one partition of the
+-- foreign server tokenbucket to the database of conninfo (which holds
+-- tokenbucket and tokenbucket_shard, in the proxy's schema, and none of
+-- the partition's buckets), committing between its steps, so CALL it
+-- outside a transaction block:
+--   1. check the target: reachable, tokenbucket_shard there, none of the
+--      partition's buckets there;
+--   2. copy the partition's buckets and every template there, unfenced;
+--   3. fence: the partition's option is set to a connection string that
+--      fails at once and names the move (calls for its buckets fail with
+--      08001, "did nothing, may be retried"), committed; then wait until
+--      no statement or transaction of this database that began before the
+--      fence is still running, at most fence_timeout;
+--   4. copy again: the rows' state as the old database has it now, over
+--      the first copies (buckets gone since are deleted there);
+--   5. switch the option to conninfo, committed; delete the moved buckets
+--      from the old database (its templates too, when no partition uses
+--      it any more).
+-- Any failure before the switch puts the old option back and deletes the
+-- copies.  Only this proxy database's calls are fenced.  Needs to own the
+-- server (ALTER SERVER) and pg_read_all_stats (to see every session's
+-- transaction).
+--
+CREATE PROCEDURE @extschema@.tb_move_partition(partition int4, conninfo text,
+	fence_timeout interval DEFAULT '10 s')
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	option_name text;
+	old_conninfo text;
+	fence text := pg_catalog.format('host=/tokenbucket-partition-%s-is-moving dbname=tokenbucket_move', partition);
+	old_connect text;
+	new_connect text;
+	found_name text;
+	first_copy record;
+	final_copy record;
+	copied text[] := '{}';
+	had_templates text[];
+	fenced_at timestamptz;
+	switched_at timestamptz;
+	busy int4;
+	deleted int4;
+	failure text[];
+	code text;
+	message text;
+	detail text;
+	hint text;
+BEGIN
+	-- refused at once inside a transaction block, where COMMIT cannot run
+	COMMIT;
+	IF partition IS NULL OR conninfo IS NULL THEN
+		RAISE EXCEPTION 'tb_move_partition needs a partition and a connection string'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF NOT pg_catalog.pg_has_role(CURRENT_USER, 'pg_read_all_stats', 'USAGE') THEN
+		RAISE EXCEPTION 'permission denied to move a partition'
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'tb_move_partition waits for every session''s calls that began before its fence, and sees them only with the privileges of pg_read_all_stats.',
+				  HINT = 'Run it as a superuser, or as a role granted pg_read_all_stats that owns the server tokenbucket.';
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_foreign_server AS s
+				   WHERE s.srvname OPERATOR(pg_catalog.=) 'tokenbucket') THEN
+		RAISE EXCEPTION 'there is no foreign server "tokenbucket" to move a partition of'
+			USING ERRCODE = 'undefined_object',
+				  DETAIL = 'tb_move_partition changes the options p0, p1, ... (or partition_0, ...) of the foreign server tokenbucket; a cluster given by plproxy.get_cluster_partitions is not supported.',
+				  HINT = 'Create it: CREATE SERVER tokenbucket FOREIGN DATA WRAPPER plproxy OPTIONS (p0 ''dbname=... host=...'', p1 ''...'').';
+	END IF;
+	SELECT pg_catalog.split_part(o.option, '=', 1), m[3] INTO option_name, old_conninfo
+	FROM pg_catalog.pg_foreign_server AS s,
+		 pg_catalog.unnest(s.srvoptions) AS o(option),
+		 pg_catalog.regexp_match(o.option, '^(p|partition_)([[:space:]]*[+-]?[0-9]+)?=(.*)$') AS m
+	WHERE s.srvname OPERATOR(pg_catalog.=) 'tokenbucket' AND m IS NOT NULL
+	  AND CASE WHEN m[2] IS NULL THEN 0 ELSE CAST(m[2] AS pg_catalog.int4) END OPERATOR(pg_catalog.=) partition;
+	IF option_name IS NULL THEN
+		RAISE EXCEPTION 'the PL/Proxy cluster "tokenbucket" has no partition %', partition
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = pg_catalog.format('Its partitions are 0 to %s.', @extschema@.tb_partitions() OPERATOR(pg_catalog.-) 1),
+				  HINT = 'Give the number of one of them: SELECT * FROM tb_cluster_partitions();';
+	END IF;
+	IF old_conninfo OPERATOR(pg_catalog.~) '^host=/tokenbucket-partition-' THEN
+		RAISE EXCEPTION 'partition % is being moved', partition
+			USING ERRCODE = 'object_in_use',
+				  DETAIL = pg_catalog.format('Its option %s is the fence of a move: %s', option_name, old_conninfo),
+				  HINT = 'Wait for that move to end.  If no move runs (its session was ended), set the option back: ALTER SERVER tokenbucket OPTIONS (SET <option> ''<its old connection string>'');';
+	END IF;
+	IF old_conninfo OPERATOR(pg_catalog.=) conninfo THEN
+		RAISE EXCEPTION 'partition % is already in that database', partition
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Give the connection string of another database.';
+	END IF;
+	old_connect := @extschema@.tb_move_connstr(old_conninfo);
+	new_connect := @extschema@.tb_move_connstr(conninfo);
+
+	-- 1, 2: check the target, copy, fence (committed below)
+	BEGIN
+		SELECT pg_catalog.min(r.name) FILTER (WHERE NOT r.is_template),
+			   COALESCE(pg_catalog.array_agg(r.name) FILTER (WHERE r.is_template), '{}')
+		INTO found_name, had_templates
+		FROM @extschema@.tb_move_rows(new_connect, partition, 'the target database') AS r;
+		IF found_name IS NOT NULL THEN
+			RAISE EXCEPTION 'the target database already holds buckets of partition %', partition
+				USING ERRCODE = 'duplicate_object',
+					  DETAIL = pg_catalog.format('"%s" (and maybe more) hashes to partition %s and is there: tb_move_partition would write over it.', found_name, partition),
+					  HINT = 'Give a database that holds none of the partition''s buckets, or delete them there first.';
+		END IF;
+		first_copy := @extschema@.tb_move_copy(old_connect, new_connect, partition);
+		copied := first_copy.buckets OPERATOR(pg_catalog.||)
+			ARRAY(SELECT pg_catalog.unnest(first_copy.templates) EXCEPT SELECT pg_catalog.unnest(had_templates));
+		EXECUTE pg_catalog.format('ALTER SERVER tokenbucket OPTIONS (SET %I %L)', option_name, fence);
+	EXCEPTION WHEN OTHERS THEN
+		GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+			detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+		failure := ARRAY[code, message, NULLIF(detail, ''), NULLIF(hint, '')];
+	END;
+	IF failure IS NULL THEN
+		COMMIT;
+		fenced_at := pg_catalog.clock_timestamp();
+		-- 3, 4: wait for the calls begun before the fence; copy the state
+		BEGIN
+			LOOP
+				PERFORM pg_catalog.pg_stat_clear_snapshot();
+				SELECT CAST(pg_catalog.count(*) AS int4) INTO busy
+				FROM pg_catalog.pg_stat_activity AS a
+				WHERE a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+				  AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+				  AND a.backend_type OPERATOR(pg_catalog.=) 'client backend'
+				  AND a.state OPERATOR(pg_catalog.<>) 'idle'
+				  AND COALESCE(a.xact_start, a.query_start) OPERATOR(pg_catalog.<) fenced_at;
+				EXIT WHEN busy OPERATOR(pg_catalog.=) 0;
+				IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>=)
+				   (fenced_at OPERATOR(pg_catalog.+) fence_timeout) THEN
+					RAISE EXCEPTION 'sessions that began before the fence of partition % still run after %', partition, fence_timeout
+						USING ERRCODE = 'lock_not_available',
+							  DETAIL = pg_catalog.format('%s sessions of this database are in a statement or transaction begun before the fence, and may still call the partition''s old database.', busy),
+							  HINT = 'The move was undone: retry it when they have ended (see pg_stat_activity), or with a longer fence_timeout.';
+				END IF;
+				PERFORM pg_catalog.pg_sleep(0.002);
+			END LOOP;
+			final_copy := @extschema@.tb_move_copy(old_connect, new_connect, partition);
+			copied := ARRAY(SELECT pg_catalog.unnest(copied) UNION SELECT pg_catalog.unnest(final_copy.buckets));
+			PERFORM @extschema@.tb_move_delete(new_connect,
+				ARRAY(SELECT pg_catalog.unnest(first_copy.buckets)
+					  EXCEPT SELECT pg_catalog.unnest(final_copy.buckets)),
+				'the target database');
+			-- 5: switch
+			EXECUTE pg_catalog.format('ALTER SERVER tokenbucket OPTIONS (SET %I %L)', option_name, conninfo);
+		EXCEPTION WHEN OTHERS THEN
+			GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+				detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+			failure := ARRAY[code, message, NULLIF(detail, ''), NULLIF(hint, '')];
+			EXECUTE pg_catalog.format('ALTER SERVER tokenbucket OPTIONS (SET %I %L)', option_name, old_conninfo);
+		END;
+		COMMIT;
+		switched_at := pg_catalog.clock_timestamp();
+	END IF;
+	IF failure IS NOT NULL THEN
+		-- undo the copies (not the templates the target had), as far as
+		-- the target answers
+		BEGIN
+			PERFORM @extschema@.tb_move_delete(new_connect, copied, 'the target database');
+		EXCEPTION WHEN OTHERS THEN
+			NULL;
+		END;
+		PERFORM @extschema@.tb_routed_raise(failure);
+	END IF;
+
+	-- the old copies: the buckets, and the templates when no partition
+	-- uses that database any more
+	deleted := @extschema@.tb_move_delete(old_connect,
+		final_copy.buckets OPERATOR(pg_catalog.||) ARRAY(
+			SELECT r.name FROM @extschema@.tb_move_rows(old_connect, partition, 'the partition''s old database') AS r
+			WHERE r.is_template
+			  AND NOT EXISTS (SELECT FROM @extschema@.tb_cluster_partitions() AS c
+							  WHERE c.conninfo OPERATOR(pg_catalog.=) old_conninfo)),
+		'the partition''s old database');
+	RAISE NOTICE 'partition % moved: % buckets and % templates copied; its calls were fenced for % ms (from % to %); % rows deleted from its old database',
+		partition, pg_catalog.cardinality(final_copy.buckets), pg_catalog.cardinality(final_copy.templates),
+		pg_catalog.round(CAST(pg_catalog.date_part('epoch', switched_at OPERATOR(pg_catalog.-) fenced_at) * 1000 AS numeric), 1),
+		fenced_at, switched_at, deleted;
+END
+$$;
+
+COMMENT ON PROCEDURE @extschema@.tb_move_partition(int4, text, interval) IS
+	'move one partition''s buckets (and a copy of every template) to the database of a connection string while calls go on: its calls fenced (08001) only for the final copy and the switch';
+
+REVOKE ALL ON FUNCTION
+	@extschema@.tb_move_connstr(text),
+	@extschema@.tb_move_remote_rows(text),
+	@extschema@.tb_move_remote_write(text, text),
+	@extschema@.tb_move_remote_delete(text, text[]),
+	@extschema@.tb_move_raise(text, text, text, text, text),
+	@extschema@.tb_move_rows(text, int4, text),
+	@extschema@.tb_move_copy(text, text, int4),
+	@extschema@.tb_move_delete(text, text[], text)
+FROM PUBLIC;
+
+REVOKE ALL ON PROCEDURE @extschema@.tb_move_partition(int4, text, interval) FROM PUBLIC;

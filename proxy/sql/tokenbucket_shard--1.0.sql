@@ -416,3 +416,70 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_reset(text) IS
 	'tb_reset(text) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+--
+-- Moving a partition to another server (tokenbucket_proxy's
+-- tb_move_partition, which calls these through PL/Proxy's CONNECT on the
+-- partition's old database and on its new one).  tb_move_rows reads every
+-- row of tb_buckets as JSON, with what the proxy needs to choose the
+-- partition's rows (the proxy hashes the names: PL/Proxy's mapping is
+-- configured there); tb_move_write writes rows so read over the ones of
+-- the same names, state included; tb_move_delete deletes by name.  They
+-- read and write every bucket whatever the caller may do with it, so they
+-- are kept from PUBLIC: the proxy's user mapping's role needs EXECUTE on
+-- them (a superuser has it).
+--
+CREATE FUNCTION @extschema@.tb_move_rows(OUT name text, OUT memory boolean,
+	OUT is_template boolean, OUT data text)
+RETURNS SETOF record
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+AS $$
+SELECT b.name, b.memory, pg_catalog.right(b.name, 1) OPERATOR(pg_catalog.=) '*',
+	   CAST(pg_catalog.row_to_json(b) AS text)
+FROM @extschema@.tb_buckets AS b
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_move_rows() IS
+	'every row of tb_buckets as JSON, with its name, whether it is a memory bucket and whether it is a template: what tb_move_partition copies';
+
+CREATE FUNCTION @extschema@.tb_move_write(rows text)
+RETURNS int4
+LANGUAGE sql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+WITH written AS (
+	INSERT INTO @extschema@.tb_buckets AS b
+	SELECT r.* FROM pg_catalog.json_populate_recordset(CAST(NULL AS @extschema@.tb_buckets),
+													   CAST(rows AS json)) AS r
+	ON CONFLICT (name) DO UPDATE
+	SET capacity = excluded.capacity, refill_rate = excluded.refill_rate,
+		deficit = excluded.deficit, updated_at = excluded.updated_at,
+		paused_until = excluded.paused_until, template = excluded.template,
+		memory = excluded.memory
+	RETURNING 1
+)
+SELECT CAST(pg_catalog.count(*) AS int4) FROM written
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_move_write(text) IS
+	'write rows of tb_buckets given as a JSON array (as tb_move_rows reads them) over those of the same names, state included; returns how many';
+
+CREATE FUNCTION @extschema@.tb_move_delete(names text[])
+RETURNS int4
+LANGUAGE sql VOLATILE STRICT PARALLEL UNSAFE
+AS $$
+WITH deleted AS (
+	DELETE FROM @extschema@.tb_buckets AS b
+	WHERE b.name OPERATOR(pg_catalog.=) ANY (names)
+	RETURNING 1
+)
+SELECT CAST(pg_catalog.count(*) AS int4) FROM deleted
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_move_delete(text[]) IS
+	'delete the rows of tb_buckets with these names (what tb_move_partition moved away); returns how many';
+
+REVOKE ALL ON FUNCTION
+	@extschema@.tb_move_rows(),
+	@extschema@.tb_move_write(text),
+	@extschema@.tb_move_delete(text[])
+FROM PUBLIC;
