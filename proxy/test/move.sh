@@ -20,7 +20,7 @@ set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 source "$TOP/proxy/test/tap.sh"
 export PGOPTIONS="-c client_min_messages=notice"
-: "${MOVE_SECONDS:=10}"
+: "${AFTER_SECONDS:=3}"	# the load goes on after the last move
 
 conn() { echo "host=127.0.0.1 port=${PX_PORT[$1]} dbname=$2"; }
 # the partitions' databases at the end, partition i in TARGET[i]
@@ -129,11 +129,17 @@ fi
 
 # 7. a session in a transaction begun before the fence, longer than the
 # fence_timeout: refused with 55P03, the fence and the copies undone
-P -c "BEGIN" -c "SELECT tb_acquire('b0')" -c "SELECT pg_sleep(3)" -c "COMMIT" >/dev/null &
+# (held open until the move has returned, however long its steps take)
+PGAPPNAME=tb_old_xact P -c "BEGIN" -c "SELECT tb_acquire('b0')" -c "SELECT pg_sleep(300)" \
+	-c "COMMIT" >/dev/null 2>&1 &
 busy=$!
-sleep 0.5
+for ((i = 0; i < 300; i++)); do
+	[ "$(P -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'tb_old_xact' AND query LIKE '%pg_sleep%'")" = 1 ] && break
+	sleep 0.1
+done
 out=$(refuse "CALL tb_move_partition(1, '$(conn b tb_m1)', fence_timeout => '300 ms')")
-wait $busy
+P -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'tb_old_xact'" >/dev/null
+wait $busy || true
 if [[ $out == "ERROR:  55P03: sessions that began before the fence of partition 1 still run after 00:00:00.3" ]] && unchanged &&
 	[ "$(P -c "SELECT tb_acquire('b0')" 2>&1)" = t ]; then
 	ok "a transaction older than the fence outlasting fence_timeout: 55P03, fence and copies undone"
@@ -150,7 +156,10 @@ cat >"$PX/load.sql" <<'SQL'
 SELECT take('b' || :n);
 SELECT take('u:' || :u);
 SQL
-px_run pgbench -n -c 8 -j 4 -T "$MOVE_SECONDS" -f "$PX/load.sql" -h 127.0.0.1 -p "${PX_PORT[proxy]}" \
+# (the load runs until AFTER_SECONDS past the last move, however long the
+# moves take: ended then by a signal, which pgbench does not report as an
+# error)
+px_run pgbench -n -c 8 -j 4 -T 600 -f "$PX/load.sql" -h 127.0.0.1 -p "${PX_PORT[proxy]}" \
 	-U postgres tb >"$W/pgbench" 2>&1 &
 load=$!
 sleep 2
@@ -163,6 +172,8 @@ for p in 1 2 3; do
 	sed -n "s/.*partition $p moved: .* fenced for .* ms (from \(.*\) to \(.*\)); .*/$p\t\1\t\2/p" "$W/move$p" >>"$W/fences"
 	sleep 1
 done
+sleep "$AFTER_SECONDS"
+pkill -INT -f "pgbench .*$PX/load.sql" || true
 wait $load || true
 P -c "\\copy fences FROM '$W/fences'"
 if [ $moved = 3 ] && [ "$(P -c 'SELECT count(*) FROM fences')" = 3 ] &&
@@ -177,8 +188,8 @@ P -F ' ' -c "SELECT count(*), count(*) FILTER (WHERE granted), count(*) FILTER (
 	{ read -r calls granted failed; echo "# $calls calls, $granted granted, $failed failed"; }
 
 # 9. pgbench saw no error: take() records every call's error
-if grep -q '^number of failed transactions: 0' "$W/pgbench" && ! grep -qi 'error' "$W/pgbench"; then
-	ok "8 clients for ${MOVE_SECONDS}s: no client error"
+if ! grep -qiE 'error|abort' "$W/pgbench"; then
+	ok "8 clients through the moves: no client error"
 else
 	not_ok "pgbench" "$(tail -n 5 "$W/pgbench")"
 fi
