@@ -148,9 +148,4 @@ fi
 # 8. nothing left running
 kill "$LISTENER" 2>/dev/null || true
 LISTENER=
-px_cleanup
-if ! pgrep -f "$PX" >/dev/null; then
-	ok "every server stopped, nothing left running"
-else
-	not_ok "processes left" "$(pgrep -af "$PX")"
-fi
+px_test_stopped

@@ -255,9 +255,4 @@ else
 fi
 
 # 15. nothing left running
-px_cleanup
-if ! pgrep -f "$PX" >/dev/null; then
-	ok "every server stopped, nothing left running"
-else
-	not_ok "processes left" "$(pgrep -af "$PX")"
-fi
+px_test_stopped
