@@ -159,7 +159,8 @@ SQL
 # (the load runs until AFTER_SECONDS past the last move, however long the
 # moves take: ended then by SIGTERM, which pgbench does not report as an
 # error; not SIGINT, which a shell that runs the tests in the background
-# has its background jobs ignore)
+# has its background jobs ignore; runuser is signalled too, which ends
+# it whatever it does with its child's end)
 px_run pgbench -n -c 8 -j 4 -T 600 -f "$PX/load.sql" -h 127.0.0.1 -p "${PX_PORT[proxy]}" \
 	-U postgres tb >"$W/pgbench" 2>&1 &
 load=$!
@@ -174,7 +175,7 @@ for p in 1 2 3; do
 	sleep 1
 done
 sleep "$AFTER_SECONDS"
-pkill -TERM -f "^pgbench .*$PX/load.sql" || true
+pkill -TERM -f "pgbench .*$PX/load.sql" || true
 wait $load || true
 P -c "\\copy fences FROM '$W/fences'"
 if [ $moved = 3 ] && [ "$(P -c 'SELECT count(*) FROM fences')" = 3 ] &&
