@@ -191,6 +191,38 @@ SELECT name, template, granted, granted_tokens, denied FROM tb_stats
 WHERE name IN ('k1', 'k2', 'kt:1', 'kt:*') ORDER BY name;
 SELECT template, granted, denied FROM tb_template_stats WHERE template = 'kt:*';
 
+-- a key of a memory template counts a grant for itself in the record of
+-- what a rollback gives back (one per key and savepoint, counted at
+-- commit), and for its template as any other count: savepoints nested,
+-- released and rolled back, a rollback, keys between, a cost of 0, a
+-- denial, refunds and an all-or-nothing call in the same transaction
+SELECT tb_stats_reset();
+SELECT tb_create('mu:*', 3, 1, '1 hour', memory => true);
+SELECT tb_acquire('mu:1');
+BEGIN;
+SAVEPOINT a;
+SELECT tb_acquire('mu:2');
+SAVEPOINT b;
+SELECT tb_acquire('mu:1');
+ROLLBACK TO b;
+RELEASE a;
+SELECT tb_acquire('mu:2');
+COMMIT;
+BEGIN; SELECT tb_acquire('mu:1'), tb_acquire('mu:3'); ROLLBACK;
+SELECT tb_acquire('mu:3', 0);
+SELECT tb_acquire('mu:2', 2);
+SELECT round(tb_refund('mu:2', 1)::numeric, 3) AS tokens;
+BEGIN;
+SELECT tb_acquire('mu:2');
+SELECT round(tb_refund('mu:2', 1)::numeric, 3) AS tokens;
+SELECT tb_acquire_all(ARRAY['mu:2', 'mu:4']);
+COMMIT;
+SELECT name, granted, granted_tokens, denied, refunded_tokens FROM tb_stats
+WHERE template = 'mu:*' ORDER BY name;
+SELECT template, granted, granted_tokens, denied, refunded_tokens FROM tb_template_stats
+WHERE template = 'mu:*';
+SELECT name, round(tokens) AS tokens FROM tb_status WHERE name LIKE 'mu:_' ORDER BY name;
+
 DROP EXTENSION tokenbucket;
 DROP OWNED BY regress_tb_monitor, regress_tb_stats_app, regress_tb_templates_only;
 DROP ROLE regress_tb_monitor, regress_tb_stats_app, regress_tb_templates_only;

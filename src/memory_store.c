@@ -88,10 +88,12 @@ lookup(Oid relid, text *name, MemoryKey *key, LWLock **lock)
  * take(): on the entry, under its spinlock.  A grant is remembered for a
  * rollback afterwards, under the partition lock only (the record may be
  * allocated); were that to fail, the error would keep the tokens taken,
- * which never grants too much.
+ * which never grants too much.  With "count", a grant on a template's key
+ * is counted for the key's own counters in the same record, at commit
+ * (request->counted; its template's count is the caller's).
  */
 static StoreResult
-memory_take(Oid relid, Request *request, TimestampTz now)
+take(Oid relid, Request *request, TimestampTz now, bool count)
 {
 	MemoryKey	key;
 	LWLock	   *lock;
@@ -108,9 +110,25 @@ memory_take(Oid relid, Request *request, TimestampTz now)
 	SpinLockRelease(&entry->mutex);
 	request->template_len = memory_template_name_len(entry);
 	if (granted && request->cost > 0)
-		memory_undo_for(entry)->tokens += request->cost;
+	{
+		Undo	   *undo = memory_undo_for(entry);
+
+		undo->tokens += request->cost;
+		if (count && request->template_len > 0 && stats_enabled())
+		{
+			memory_count_grant(undo, request->cost);
+			request->counted = true;
+		}
+	}
 	LWLockRelease(lock);
 	return granted ? STORE_GRANTED : STORE_DENIED;
+}
+
+/* take(): see take() above; the caller counts what was taken. */
+static StoreResult
+memory_take(Oid relid, Request *request, TimestampTz now)
+{
+	return take(relid, request, now, false);
 }
 
 /* peek(): a copy of the entry's state. */
@@ -179,7 +197,7 @@ memory_take_all(Oid relid, Request *requests, int nrequests, TimestampTz now)
 	if (memory_shared == NULL)
 		return STORE_ABSENT;
 	if (nrequests == 1)
-		return memory_take(relid, &requests[0], now);
+		return take(relid, &requests[0], now, true);
 	for (int i = 0; i < nrequests; i++)
 	{
 		if (!memory_peek(relid, &requests[i]))

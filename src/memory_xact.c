@@ -8,7 +8,8 @@
  * Rollback: what a (sub)transaction did to an entry's tokens and pause is
  * kept per entry and nest level, not per call, and undone if that level
  * aborts, so ROLLBACK gives grants back as it does for a row, and ten
- * million grants on one bucket keep one record.
+ * million grants on one bucket keep one record.  The same record holds a
+ * template key's grants, counted in its entry at commit.
  *
  * Configuration: a change of settings is kept until the transaction
  * commits, and then applied to the entries in order, with every partition
@@ -186,6 +187,8 @@ memory_undo_for(MemoryEntry *entry)
 		undo->tokens = 0;
 		undo->pins = 0;
 		undo->paused = false;
+		undo->granted = 0;
+		undo->granted_tokens = 0;
 		undo_register(undo);
 	}
 	set_last_undo(undo);
@@ -216,8 +219,22 @@ memory_remember(Undo *undo, MemoryEntry *entry, double tokens, bool paused,
 }
 
 /*
- * Apply "undo" to its entry (give_back: its tokens and pause; else only
- * release its pins).  The entry may have gone meanwhile (dropped, or
+ * Count a grant of "cost" tokens on a template's key (which keeps its own
+ * counters) in "undo": added to the entry's counters when the transaction
+ * commits, in the visit that releases its pins, and forgotten if the
+ * (sub)transaction aborts.  The key needs no count pending in stats.c,
+ * nor a second visit at commit.
+ */
+void
+memory_count_grant(Undo *undo, double cost)
+{
+	undo->granted++;
+	undo->granted_tokens += cost;
+}
+
+/*
+ * Apply "undo" to its entry (give_back, at an abort: its tokens and
+ * pause; else, at commit: release its pins, count its grants).  The entry may have gone meanwhile (dropped, or
  * removed as full): then there is nothing to do.
  */
 static void
@@ -227,7 +244,7 @@ apply_undo(const Undo *undo, bool give_back, TimestampTz now)
 	MemoryEntry *entry;
 	int			waiter = -1;
 
-	if (!give_back && undo->pins == 0)
+	if (!give_back && undo->pins == 0 && undo->granted == 0)
 		return;
 	LWLockAcquire(lock, LW_SHARED);
 	entry = memory_find(&undo->key, undo->hashcode);
@@ -242,6 +259,11 @@ apply_undo(const Undo *undo, bool give_back, TimestampTz now)
 			if (undo->paused && entry->bucket.paused_until == undo->pause_to)
 				entry->bucket.paused_until = undo->pause_from;
 			waiter = entry->waiter;
+		}
+		else if (undo->granted > 0)
+		{
+			entry->counters.granted += undo->granted;
+			entry->counters.granted_tokens += undo->granted_tokens;
 		}
 		SpinLockRelease(&entry->mutex);
 	}
@@ -288,6 +310,8 @@ undo_level_end(int level, bool abort)
 		}
 		parent->tokens += copy.tokens;
 		parent->pins += copy.pins;
+		parent->granted += copy.granted;
+		parent->granted_tokens += copy.granted_tokens;
 		if (copy.paused)
 		{
 			if (!parent->paused)
@@ -607,6 +631,8 @@ reset_transaction(void)
 			last_undo->tokens = 0;
 			last_undo->pins = 0;
 			last_undo->paused = false;
+			last_undo->granted = 0;
+			last_undo->granted_tokens = 0;
 		}
 	}
 	undo_xact++;

@@ -38,6 +38,8 @@ typedef struct Undo
 	bool		paused;			/* a pause to lift: */
 	TimestampTz pause_from;		/* the pause before the first change */
 	TimestampTz pause_to;		/* the pause set by the last */
+	int64		granted;		/* grants to count in the entry's own */
+	double		granted_tokens; /* counters at commit (memory_count_grant) */
 	uint64		xact;			/* the transaction it is of (see last_undo) */
 } Undo;
 
@@ -46,6 +48,7 @@ extern Undo *memory_undo_for(MemoryEntry *entry);
 extern Undo *memory_undo_find(const MemoryEntry *entry);
 extern void memory_remember(Undo *undo, MemoryEntry *entry, double tokens,
 							bool paused, TimestampTz pause_from);
+extern void memory_count_grant(Undo *undo, double cost);
 extern bool memory_has_provisionals(void);
 extern void memory_add_provisional(const MemoryKey *key, uint64 serial);
 extern bool memory_dropped_here(const MemoryKey *key);

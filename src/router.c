@@ -422,7 +422,11 @@ count_decision(FunctionCallInfo fcinfo, const Request *requests, int nrequests,
 			continue;
 		else
 			delta.denied = 1;
-		count(fcinfo, requests[i].name, requests[i].template_len, &delta, now);
+		if (requests[i].counted)	/* for the key's own counters already */
+			stats_count_template(installation_table(fcinfo), requests[i].name,
+								 requests[i].template_len, &delta, now);
+		else
+			count(fcinfo, requests[i].name, requests[i].template_len, &delta, now);
 	}
 }
 
@@ -438,6 +442,8 @@ router_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 	StoreResult result = STORE_ABSENT;
 	bool		granted;
 
+	for (int i = 0; i < nrequests; i++)
+		requests[i].counted = false;
 	/* the installation's version checked first, by a statement */
 	if (catalog_checked(relid))
 		result = memory_store.take_all(relid, requests, nrequests, now);

@@ -19,7 +19,9 @@
  * as well, so templates' counters are exact whatever happens to keys'
  * entries.  Keys made from a memory template keep their own counters in
  * their memory entry (a StatsSink the router hands over): made and
- * dropped with it, no entry here.  When the hash is full, the clock takes
+ * dropped with it, no entry here; a grant's count for them the memory
+ * store keeps itself, with what a rollback would give back, and only
+ * their template's is pending here (stats_count_template).  When the hash is full, the clock takes
  * the entry of a key used longest ago (a few partitions at a time,
  * without waiting for a busy one); named buckets' entries go only when
  * there is no key's left, templates' never.  A count for an entry that
@@ -117,6 +119,8 @@ typedef struct PendingId
 typedef struct Pending
 {
 	PendingId	id;				/* first: the hash's key */
+	bool		is_template;	/* a template's own count (a key's store
+								 * counted the key's) */
 	int			template_len;	/* its template's name's length, 0: none */
 	SharedKey	template;		/* and its key */
 	StatsSink	sink;			/* where its own counts go; NULL: here */
@@ -526,6 +530,64 @@ pending_template(Pending *pending, Oid relid, text *name, int template_len,
 		template_key(&pending->template, relid, VARDATA_ANY(name), pending->template_len);
 }
 
+/* Where pending_of() found a pending count. */
+typedef enum PendingFound
+{
+	PENDING_NEW,				/* made now */
+	PENDING_KEPT,				/* kept from an earlier transaction */
+	PENDING_CURRENT				/* counted in already by this transaction */
+} PendingFound;
+
+/*
+ * The pending count of "id" at the current nest level (its counters
+ * zeroed unless this transaction counted in it already), made if need be:
+ * the one counted in last needs no lookup.  The caller sets what a new or kept one counts for, then
+ * made_add()s it (so that an error on the way leaves it out of flush()).
+ */
+static Pending *
+pending_of(PendingId *id, PendingFound *how)
+{
+	Pending    *pending;
+	bool		found;
+
+	id->level = GetCurrentTransactionNestLevel();
+	/* the bucket counted in last, again: nothing to look up */
+	if (last != NULL && memcmp(&last->id, id, sizeof(*id)) == 0)
+	{
+		*how = last->xact == xact_seq ? PENDING_CURRENT : PENDING_KEPT;
+		last->xact = xact_seq;
+		return last;
+	}
+	if (pendings == NULL)
+	{
+		HASHCTL		info;
+
+		if (pending_context == NULL)
+			pending_context = AllocSetContextCreate(TopMemoryContext, "tokenbucket counts",
+													ALLOCSET_SMALL_SIZES);
+		info.keysize = sizeof(PendingId);
+		info.entrysize = sizeof(Pending);
+		info.hash = pending_id_hash;
+		info.match = pending_id_match;
+		info.hcxt = pending_context;
+		pendings = hash_create("tokenbucket counts", PENDINGS_KEPT, &info,
+							   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+	}
+	pending = hash_search(pendings, id, HASH_ENTER, &found);
+	*how = found ? PENDING_CURRENT : PENDING_NEW;
+	if (!found)
+	{
+		deepest = Max(deepest, id->level);
+		pending->xact = xact_seq;
+		pending->is_template = false;
+		pending->template_len = 0;
+		pending->sink = NULL;
+		memset(&pending->counters, 0, sizeof(StatsCounters));
+	}
+	set_last(pending);
+	return pending;
+}
+
 /*
  * Count "delta" for bucket "name" of installation "relid" when the
  * transaction ends.  "template_len" is the length of its template's name
@@ -541,64 +603,60 @@ stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
 {
 	PendingId	id;
 	Pending    *pending;
-	bool		found;
+	PendingFound how;
 
 	if (!stats_enabled())
 		return;
 	memset(&id, 0, sizeof(id));
 	shared_key_long(&id.key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
-	id.level = GetCurrentTransactionNestLevel();
-
-	/* the bucket counted in last, again: nothing to look up */
-	if (last != NULL && memcmp(&last->id, &id, sizeof(id)) == 0)
+	pending = pending_of(&id, &how);
+	/*
+	 * kept from an earlier transaction: its template may have changed
+	 * since (a store that knows says so; else it is looked up again)
+	 */
+	if (how == PENDING_NEW ||
+		(how == PENDING_KEPT &&
+		 (template_len < 0 || template_len != pending->template_len)))
+		pending_template(pending, relid, name, template_len, template_of, arg);
+	if (how != PENDING_CURRENT)
 	{
-		pending = last;
-		/*
-		 * kept from an earlier transaction: its template may have changed
-		 * since (a store that knows says so; else it is looked up again)
-		 */
-		if (pending->xact != xact_seq)
-		{
-			if (template_len < 0 || template_len != pending->template_len)
-				pending_template(pending, relid, name, template_len, template_of, arg);
-			pending->sink = sink;
-			pending->xact = xact_seq;
-			made_add(pending);
-		}
-		else if (sink != NULL)
-			pending->sink = sink;
+		pending->is_template = false;
+		pending->sink = sink;
+		made_add(pending);
 	}
-	else
-	{
-		if (pendings == NULL)
-		{
-			HASHCTL		info;
+	else if (sink != NULL)
+		pending->sink = sink;	/* a store that keeps its keys' counters
+								 * knows it now */
+	pending->at = now;
+	stats_counters_add(&pending->counters, delta);
+}
 
-			if (pending_context == NULL)
-				pending_context = AllocSetContextCreate(TopMemoryContext, "tokenbucket counts",
-														ALLOCSET_SMALL_SIZES);
-			info.keysize = sizeof(PendingId);
-			info.entrysize = sizeof(Pending);
-			info.hash = pending_id_hash;
-			info.match = pending_id_match;
-			info.hcxt = pending_context;
-			pendings = hash_create("tokenbucket counts", PENDINGS_KEPT, &info,
-								   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
-		}
-		pending = hash_search(pendings, &id, HASH_ENTER, &found);
-		if (!found)
-		{
-			deepest = Max(deepest, id.level);
-			pending_template(pending, relid, name, template_len, template_of, arg);
-			pending->sink = sink;
-			pending->xact = xact_seq;
-			memset(&pending->counters, 0, sizeof(StatsCounters));
-			made_add(pending);
-		}
-		else if (sink != NULL)
-			pending->sink = sink;	/* a store that keeps its keys' counters
-									 * knows it now */
-		set_last(pending);
+/*
+ * Count "delta" when the transaction ends for the template of bucket
+ * "name" (its name "template_len" bytes long, '*' included) only: the
+ * bucket's store counted it in the bucket's own counters.  A gateway's
+ * calls on many keys of one template count in one pending count, found
+ * without a lookup.
+ */
+void
+stats_count_template(Oid relid, text *name, int template_len,
+					 const StatsCounters *delta, TimestampTz now)
+{
+	PendingId	id;
+	Pending    *pending;
+	PendingFound how;
+
+	if (!stats_enabled())
+		return;
+	memset(&id, 0, sizeof(id));
+	template_key(&id.key, relid, VARDATA_ANY(name), template_len);
+	pending = pending_of(&id, &how);
+	if (how != PENDING_CURRENT)
+	{
+		pending->is_template = true;
+		pending->template_len = 0;
+		pending->sink = NULL;
+		made_add(pending);
 	}
 	pending->at = now;
 	stats_counters_add(&pending->counters, delta);
@@ -644,7 +702,8 @@ flush_one(const Pending *pending)
 	if (pending->sink != NULL)
 		pending->sink(key, &pending->counters, pending->at);
 	else
-		(void) count_in(key, pending->template_len > 0 ? STATS_KEY : STATS_NAMED,
+		(void) count_in(key, pending->is_template ? STATS_TEMPLATE :
+						pending->template_len > 0 ? STATS_KEY : STATS_NAMED,
 						pending->template_len, &pending->counters, pending->at);
 }
 

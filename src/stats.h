@@ -54,6 +54,8 @@ extern bool stats_enabled(void);
 extern void stats_count(Oid relid, text *name, const StatsCounters *delta,
 						int template_len, int (*template_of) (void *arg),
 						void *arg, StatsSink sink, TimestampTz now);
+extern void stats_count_template(Oid relid, text *name, int template_len,
+								 const StatsCounters *delta, TimestampTz now);
 extern void stats_count_now(Oid relid, const char *name, int len, int template_len,
 							const StatsCounters *delta, TimestampTz now);
 extern void stats_forget(Oid dbid, Oid relid);

@@ -41,6 +41,8 @@ typedef struct Request
 	int			template_len;	/* the length of its template's name (0:
 								 * none), when the store that answered
 								 * knows it; else -1 */
+	bool		counted;		/* take_all() counts its grant for the
+								 * key's own counters */
 } Request;
 
 /* A change to a bucket's state at "now" (refund, pause, reset...). */
@@ -92,7 +94,10 @@ typedef struct StoreRoutine
 	/*
 	 * take() for every request, or for none: STORE_GRANTED only if every
 	 * bucket granted; STORE_ABSENT (nothing taken) if one is not here.
-	 * Each request->bucket holds its state afterwards.
+	 * Each request->bucket holds its state afterwards.  A store that keeps
+	 * its keys' counters may count a grant for them itself, when the
+	 * transaction commits (request->counted, which the caller sets false
+	 * before): the caller then counts it only for the key's template.
 	 */
 	StoreResult (*take_all) (Oid relid, Request *requests, int nrequests,
 							 TimestampTz now);
