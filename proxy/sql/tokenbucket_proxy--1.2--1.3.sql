@@ -1041,9 +1041,85 @@ $$;
 COMMENT ON FUNCTION @extschema@.tb_move_raise(text, text, text, text, text) IS
 	'raise the error of a step of tb_move_partition in a database: 08001 when it could not connect, 42883 when tokenbucket_shard is missing, else as it came';
 
+-- the partitions the foreign server tokenbucket's options name, with the
+-- option of each (as PL/Proxy reads them: tb_cluster_partitions), in one
+-- place for tb_cluster_partitions and tb_move_partition, which changes
+-- the option
+CREATE FUNCTION @extschema@.tb_server_partitions(OUT partition int4, OUT option text,
+	OUT conninfo text)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL RESTRICTED
+AS $$
+	SELECT CASE WHEN m[2] IS NULL THEN 0 ELSE CAST(m[2] AS pg_catalog.int4) END,
+		   pg_catalog.split_part(o.option, '=', 1), m[3]
+	FROM pg_catalog.pg_foreign_server AS s,
+		 pg_catalog.unnest(s.srvoptions) AS o(option),
+		 pg_catalog.regexp_match(o.option,
+			'^(p|partition_)([[:space:]]*[+-]?[0-9]+)?=(.*)$') AS m
+	WHERE s.srvname OPERATOR(pg_catalog.=) 'tokenbucket' AND m IS NOT NULL
+	ORDER BY 1
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_server_partitions() IS
+	'the partitions the options of the foreign server tokenbucket name (p<N> or partition_<N>), with each one''s option and connection string';
+
+CREATE OR REPLACE FUNCTION @extschema@.tb_cluster_partitions(OUT partition int4, OUT conninfo text)
+RETURNS SETOF record
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+AS $$
+BEGIN
+	IF EXISTS (SELECT FROM pg_catalog.pg_foreign_server AS s
+			   WHERE s.srvname OPERATOR(pg_catalog.=) 'tokenbucket') THEN
+		RETURN QUERY
+		SELECT p.partition, p.conninfo FROM @extschema@.tb_server_partitions() AS p;
+	ELSIF pg_catalog.to_regprocedure('plproxy.get_cluster_partitions(text)') IS NOT NULL
+		AND pg_catalog.to_regprocedure('plproxy.get_cluster_config(text)') IS NOT NULL
+		AND pg_catalog.to_regprocedure('plproxy.get_cluster_version(text)') IS NOT NULL THEN
+		RETURN QUERY EXECUTE
+			'SELECT CAST(p.n OPERATOR(pg_catalog.-) 1 AS pg_catalog.int4), CAST(p.c AS pg_catalog.text)
+			 FROM plproxy.get_cluster_partitions($1) WITH ORDINALITY AS p(c, n)
+			 ORDER BY p.n'
+			USING 'tokenbucket';
+	END IF;
+END
+$$;
+
+-- the partition PL/Proxy sends a hash to, in one place for tb_shard and
+-- tb_move_partition: abs(hash % N) with modular_mapping, else
+-- hash & (N - 1), for which PL/Proxy wants N a power of two
+CREATE FUNCTION @extschema@.tb_partition_of(hash int4, partitions int4, modular boolean)
+RETURNS int4
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+BEGIN
+	IF modular THEN
+		RETURN pg_catalog.abs(hash OPERATOR(pg_catalog.%) partitions);
+	END IF;
+	IF partitions OPERATOR(pg_catalog.&) (partitions OPERATOR(pg_catalog.-) 1) OPERATOR(pg_catalog.<>) 0 THEN
+		RAISE EXCEPTION 'the PL/Proxy cluster "tokenbucket" has % partitions, not a power of two', partitions
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = 'Without modular_mapping, PL/Proxy maps a hash to partition hash & (N - 1), and refuses a cluster whose N is not a power of two.',
+				  HINT = 'Give the cluster a power of two of partitions, or set modular_mapping ''1'' in its options.';
+	END IF;
+	RETURN hash OPERATOR(pg_catalog.&) (partitions OPERATOR(pg_catalog.-) 1);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_partition_of(int4, int4, boolean) IS
+	'the partition PL/Proxy sends a hash to among N: abs(hash % N) with modular_mapping, else hash & (N - 1) (N a power of two)';
+
+CREATE OR REPLACE FUNCTION @extschema@.tb_shard(name text)
+RETURNS int4
+LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED
+AS $$
+	SELECT @extschema@.tb_partition_of(@extschema@.tb_shard_hash(name),
+		(SELECT pg_catalog.count(*) FROM @extschema@.tb_each_partition())::int4,
+		@extschema@.tb_modular_mapping())
+$$;
+
 -- the rows of a database that tb_move_partition moves for a partition:
 -- every template, and each bucket whose name PL/Proxy's mapping (as
--- tb_shard computes it, the partitions counted once) sends there
+-- tb_shard computes it, with tb_partition_of) sends there
 CREATE FUNCTION @extschema@.tb_move_rows(connstr text, partition int4, place text,
 	OUT name text, OUT memory boolean, OUT is_template boolean, OUT data text)
 RETURNS SETOF record
@@ -1061,9 +1137,8 @@ BEGIN
 	SELECT r.name, r.memory, r.is_template, r.data
 	FROM @extschema@.tb_move_remote_rows(connstr) AS r
 	WHERE r.is_template
-	   OR partition OPERATOR(pg_catalog.=) CASE WHEN modular
-			THEN pg_catalog.abs(@extschema@.tb_shard_hash(r.name) OPERATOR(pg_catalog.%) partitions)
-			ELSE @extschema@.tb_shard_hash(r.name) OPERATOR(pg_catalog.&) (partitions OPERATOR(pg_catalog.-) 1) END;
+	   OR partition OPERATOR(pg_catalog.=)
+			@extschema@.tb_partition_of(@extschema@.tb_shard_hash(r.name), partitions, modular);
 EXCEPTION WHEN OTHERS THEN
 	GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
 		detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
@@ -1212,12 +1287,9 @@ BEGIN
 				  DETAIL = 'tb_move_partition changes the options p0, p1, ... (or partition_0, ...) of the foreign server tokenbucket; a cluster given by plproxy.get_cluster_partitions is not supported.',
 				  HINT = 'Create it: CREATE SERVER tokenbucket FOREIGN DATA WRAPPER plproxy OPTIONS (p0 ''dbname=... host=...'', p1 ''...'').';
 	END IF;
-	SELECT pg_catalog.split_part(o.option, '=', 1), m[3] INTO option_name, old_conninfo
-	FROM pg_catalog.pg_foreign_server AS s,
-		 pg_catalog.unnest(s.srvoptions) AS o(option),
-		 pg_catalog.regexp_match(o.option, '^(p|partition_)([[:space:]]*[+-]?[0-9]+)?=(.*)$') AS m
-	WHERE s.srvname OPERATOR(pg_catalog.=) 'tokenbucket' AND m IS NOT NULL
-	  AND CASE WHEN m[2] IS NULL THEN 0 ELSE CAST(m[2] AS pg_catalog.int4) END OPERATOR(pg_catalog.=) partition;
+	SELECT p.option, p.conninfo INTO option_name, old_conninfo
+	FROM @extschema@.tb_server_partitions() AS p
+	WHERE p.partition OPERATOR(pg_catalog.=) tb_move_partition.partition;
 	IF option_name IS NULL THEN
 		RAISE EXCEPTION 'the PL/Proxy cluster "tokenbucket" has no partition %', partition
 			USING ERRCODE = 'invalid_parameter_value',
