@@ -12,9 +12,11 @@
 -- tokenbucket's tb_<f> with the same arguments and returns its result, or
 -- the error it raised as data (error: SQLSTATE, message, detail, hint); the
 -- proxy raises that error again, with the same SQLSTATE.  The call runs in a
--- subtransaction (plpgsql's EXCEPTION block), so an error leaves nothing
--- done, as it does for a direct call.  A cancel (57014) is not caught: it
--- ends the call as before.
+-- subtransaction, so an error leaves nothing done, as it does for a direct
+-- call: tokenbucket's C function tb_routed_call for those whose result is
+-- one value (the hot ones: no PL/pgSQL run per call), a PL/pgSQL EXCEPTION
+-- block for the others.  A cancel (57014) is not caught: it ends the call
+-- as before.
 --
 -- They run as their caller (not SECURITY DEFINER) and do no more than the
 -- tokenbucket function each wraps, which checks the caller's privileges as
@@ -36,18 +38,8 @@ $$;
 CREATE FUNCTION @extschema@.tb_routed_acquire(name text,
 	OUT result boolean, OUT error text[])
 RETURNS record
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
-AS $$
-DECLARE
-	detail text;
-	hint text;
-BEGIN
-	result := @extschema@.tb_acquire(name);
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
-END
-$$;
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE
+AS '$libdir/tokenbucket', 'tb_routed_call';
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire(text) IS
 	'tb_acquire(text) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
@@ -55,18 +47,8 @@ COMMENT ON FUNCTION @extschema@.tb_routed_acquire(text) IS
 CREATE FUNCTION @extschema@.tb_routed_acquire(name text, cost float8,
 	OUT result boolean, OUT error text[])
 RETURNS record
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
-AS $$
-DECLARE
-	detail text;
-	hint text;
-BEGIN
-	result := @extschema@.tb_acquire(name, cost);
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
-END
-$$;
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE
+AS '$libdir/tokenbucket', 'tb_routed_call';
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire(text, float8) IS
 	'tb_acquire(text, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
@@ -74,18 +56,8 @@ COMMENT ON FUNCTION @extschema@.tb_routed_acquire(text, float8) IS
 CREATE FUNCTION @extschema@.tb_routed_acquire(name text, cost float8, reserve float8,
 	OUT result boolean, OUT error text[])
 RETURNS record
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
-AS $$
-DECLARE
-	detail text;
-	hint text;
-BEGIN
-	result := @extschema@.tb_acquire(name, cost, reserve);
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
-END
-$$;
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE
+AS '$libdir/tokenbucket', 'tb_routed_call';
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire(text, float8, float8) IS
 	'tb_acquire(text, float8, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
@@ -185,18 +157,8 @@ COMMENT ON FUNCTION @extschema@.tb_routed_peek(text, float8, float8) IS
 CREATE FUNCTION @extschema@.tb_routed_acquire_wait(name text, cost float8, timeout interval,
 	OUT result boolean, OUT error text[])
 RETURNS record
-LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
-AS $$
-DECLARE
-	detail text;
-	hint text;
-BEGIN
-	result := @extschema@.tb_acquire_wait(name, cost, timeout);
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
-END
-$$;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS '$libdir/tokenbucket', 'tb_routed_call';
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire_wait(text, float8, interval) IS
 	'tb_acquire_wait(text, float8, interval) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
@@ -204,18 +166,8 @@ COMMENT ON FUNCTION @extschema@.tb_routed_acquire_wait(text, float8, interval) I
 CREATE FUNCTION @extschema@.tb_routed_acquire_all(names text[], costs float8[],
 	OUT result boolean, OUT error text[])
 RETURNS record
-LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
-AS $$
-DECLARE
-	detail text;
-	hint text;
-BEGIN
-	result := @extschema@.tb_acquire_all(names, costs);
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
-END
-$$;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS '$libdir/tokenbucket', 'tb_routed_call';
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire_all(text[], float8[]) IS
 	'tb_acquire_all(text[], float8[]) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
@@ -223,18 +175,8 @@ COMMENT ON FUNCTION @extschema@.tb_routed_acquire_all(text[], float8[]) IS
 CREATE FUNCTION @extschema@.tb_routed_acquire_all(names text[], costs float8[], reserve float8,
 	OUT result boolean, OUT error text[])
 RETURNS record
-LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
-AS $$
-DECLARE
-	detail text;
-	hint text;
-BEGIN
-	result := @extschema@.tb_acquire_all(names, costs, reserve);
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
-END
-$$;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS '$libdir/tokenbucket', 'tb_routed_call';
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire_all(text[], float8[], float8) IS
 	'tb_acquire_all(text[], float8[], float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
@@ -242,18 +184,8 @@ COMMENT ON FUNCTION @extschema@.tb_routed_acquire_all(text[], float8[], float8) 
 CREATE FUNCTION @extschema@.tb_routed_acquire_all_wait(names text[], costs float8[], timeout interval,
 	OUT result boolean, OUT error text[])
 RETURNS record
-LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
-AS $$
-DECLARE
-	detail text;
-	hint text;
-BEGIN
-	result := @extschema@.tb_acquire_all_wait(names, costs, timeout);
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
-END
-$$;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS '$libdir/tokenbucket', 'tb_routed_call';
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire_all_wait(text[], float8[], interval) IS
 	'tb_acquire_all_wait(text[], float8[], interval) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
@@ -309,18 +241,8 @@ COMMENT ON FUNCTION @extschema@.tb_routed_try_all(text[], float8[], float8) IS
 CREATE FUNCTION @extschema@.tb_routed_refund(name text, tokens float8,
 	OUT result float8, OUT error text[])
 RETURNS record
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
-AS $$
-DECLARE
-	detail text;
-	hint text;
-BEGIN
-	result := @extschema@.tb_refund(name, tokens);
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
-END
-$$;
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE
+AS '$libdir/tokenbucket', 'tb_routed_call';
 
 COMMENT ON FUNCTION @extschema@.tb_routed_refund(text, float8) IS
 	'tb_refund(text, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
@@ -328,18 +250,8 @@ COMMENT ON FUNCTION @extschema@.tb_routed_refund(text, float8) IS
 CREATE FUNCTION @extschema@.tb_routed_settle(name text, reserved float8, used float8,
 	OUT result float8, OUT error text[])
 RETURNS record
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
-AS $$
-DECLARE
-	detail text;
-	hint text;
-BEGIN
-	result := @extschema@.tb_settle(name, reserved, used);
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
-END
-$$;
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE
+AS '$libdir/tokenbucket', 'tb_routed_call';
 
 COMMENT ON FUNCTION @extschema@.tb_routed_settle(text, float8, float8) IS
 	'tb_settle(text, float8, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
@@ -347,18 +259,8 @@ COMMENT ON FUNCTION @extschema@.tb_routed_settle(text, float8, float8) IS
 CREATE FUNCTION @extschema@.tb_routed_sync(name text, remaining float8,
 	OUT result float8, OUT error text[])
 RETURNS record
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
-AS $$
-DECLARE
-	detail text;
-	hint text;
-BEGIN
-	result := @extschema@.tb_sync(name, remaining);
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-	error := ARRAY[SQLSTATE, SQLERRM, NULLIF(detail, ''), NULLIF(hint, '')];
-END
-$$;
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE
+AS '$libdir/tokenbucket', 'tb_routed_call';
 
 COMMENT ON FUNCTION @extschema@.tb_routed_sync(text, float8) IS
 	'tb_sync(text, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';

@@ -1,0 +1,238 @@
+/*-------------------------------------------------------------------------
+ *
+ * routed.c
+ *	  tokenbucket_shard's calls for tokenbucket_proxy: one of tokenbucket's
+ *	  functions run in a subtransaction, its result or its error as data.
+ *
+ * PL/Proxy drops its connection to a shard after any error the shard
+ * raises.  So the proxy calls tokenbucket_shard's tb_routed_<f>, which
+ * runs tokenbucket's tb_<f> (same schema, same arguments) and returns
+ * (result, error): the result, or the error it raised as {SQLSTATE,
+ * message, detail, hint}, which the proxy raises again.  This is that
+ * wrapper for the functions whose result is one value (tb_acquire and
+ * its like): what a PL/pgSQL EXCEPTION block does (a subtransaction,
+ * rolled back on error; a cancel not caught), without running PL/pgSQL
+ * on every routed call.
+ *
+ * src/routed.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/objectaccess.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "nodes/value.h"
+#include "parser/parse_func.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/syscache.h"
+
+#define ROUTED_PREFIX "tb_routed_"
+
+/*
+ * What a backend keeps of a tb_routed_<f> it called: PL/Proxy sends each
+ * call as a new statement, so a FmgrInfo's fn_extra would last one call.
+ */
+typedef struct RoutedCall
+{
+	Oid			routed;			/* the tb_routed_<f> */
+	FmgrInfo	target;			/* tokenbucket's tb_<f> */
+	TupleDesc	result;			/* (result, error text[]) */
+} RoutedCall;
+
+/* the functions a shard's backend calls are few: a short list will do */
+#define ROUTED_CALLS_KEPT 32
+
+static RoutedCall routed_calls[ROUTED_CALLS_KEPT];
+static int	nrouted_calls = 0;
+static bool routed_callback_set = false;
+
+/* A function was changed, made or dropped: look every one up again. */
+static void
+routed_calls_forget(Datum arg, int cacheid, uint32 hashvalue)
+{
+	nrouted_calls = 0;
+}
+
+/*
+ * The function tb_routed_<f> "routed" runs: tb_<f> of its schema, with its
+ * arguments.
+ */
+static Oid
+routed_target(Oid routed)
+{
+	HeapTuple	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(routed));
+	Form_pg_proc proc;
+	const char *name;
+	char	   *target;
+	Oid			oid;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for function %u", routed);
+	proc = (Form_pg_proc) GETSTRUCT(tuple);
+	name = NameStr(proc->proname);
+	if (strncmp(name, ROUTED_PREFIX, strlen(ROUTED_PREFIX)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_FUNCTION_DEFINITION),
+				 errmsg("function \"%s\" is not a routed call of tokenbucket", name),
+				 errdetail("tb_routed_call runs tb_<f> for a function named tb_routed_<f>.")));
+	target = psprintf("tb_%s", name + strlen(ROUTED_PREFIX));
+	oid = LookupFuncName(list_make2(makeString(get_namespace_name(proc->pronamespace)),
+									makeString(target)),
+						 proc->pronargs, proc->proargtypes.values, false);
+	ReleaseSysCache(tuple);
+	return oid;
+}
+
+/*
+ * What this backend keeps of the tb_routed_<f> called: made on its first
+ * call (not inlined into a function that calls setjmp).
+ */
+static pg_noinline RoutedCall *
+routed_call_of(FunctionCallInfo fcinfo)
+{
+	Oid			routed = fcinfo->flinfo->fn_oid;
+	RoutedCall *call;
+	MemoryContext old;
+	TupleDesc	desc;
+
+	for (int i = 0; i < nrouted_calls; i++)
+		if (routed_calls[i].routed == routed)
+			return &routed_calls[i];
+	if (!routed_callback_set)
+	{
+		CacheRegisterSyscacheCallback(PROCOID, routed_calls_forget, (Datum) 0);
+		routed_callback_set = true;
+	}
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE ||
+		desc->natts != 2)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_FUNCTION_DEFINITION),
+				 errmsg("a routed call of tokenbucket must return (result, error text[])")));
+	if (nrouted_calls == ROUTED_CALLS_KEPT)
+		nrouted_calls = 0;		/* more than a shard calls: start again */
+	call = &routed_calls[nrouted_calls];
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	fmgr_info_cxt(routed_target(routed), &call->target, TopMemoryContext);
+	call->result = BlessTupleDesc(CreateTupleDescCopy(desc));
+	MemoryContextSwitchTo(old);
+	call->routed = routed;
+	nrouted_calls++;
+	return call;
+}
+
+/*
+ * Fail unless the current user may execute function "oid", as a call in a
+ * statement would; and tell the object access hook, as the executor does.
+ */
+static void
+check_execute(Oid oid)
+{
+	AclResult	result;
+
+#if PG_VERSION_NUM >= 160000
+	result = object_aclcheck(ProcedureRelationId, oid, GetUserId(), ACL_EXECUTE);
+#else
+	result = pg_proc_aclcheck(oid, GetUserId(), ACL_EXECUTE);
+#endif
+	if (result != ACLCHECK_OK)
+		aclcheck_error(result, OBJECT_FUNCTION, get_func_name(oid));
+	InvokeFunctionExecuteHook(oid);
+}
+
+/* An error as tokenbucket_proxy raises it again: {SQLSTATE, message, detail, hint}. */
+static Datum
+error_as_data(const ErrorData *edata)
+{
+	Datum		elems[4];
+	bool		nulls[4] = {false, false, true, true};
+	int			dims[1] = {4};
+	int			lbs[1] = {1};
+
+	elems[0] = CStringGetTextDatum(unpack_sql_state(edata->sqlerrcode));
+	elems[1] = CStringGetTextDatum(edata->message ? edata->message : "");
+	if (edata->detail != NULL && edata->detail[0] != '\0')
+	{
+		elems[2] = CStringGetTextDatum(edata->detail);
+		nulls[2] = false;
+	}
+	if (edata->hint != NULL && edata->hint[0] != '\0')
+	{
+		elems[3] = CStringGetTextDatum(edata->hint);
+		nulls[3] = false;
+	}
+	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs, TEXTOID,
+											  -1, false, TYPALIGN_INT));
+}
+
+/*
+ * tb_routed_<f>(args of tb_<f>, OUT result, OUT error text[]): tb_<f>'s
+ * result, or its error as data (a cancel, or a failed assertion, raised
+ * as it came, as PL/pgSQL's WHEN OTHERS leaves them).
+ */
+PG_FUNCTION_INFO_V1(tb_routed_call);
+Datum
+tb_routed_call(PG_FUNCTION_ARGS)
+{
+	RoutedCall *call = routed_call_of(fcinfo);
+	MemoryContext caller = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	LOCAL_FCINFO(target, FUNC_MAX_ARGS);
+	Datum		values[2] = {0, 0};
+	bool		nulls[2] = {true, true};
+
+	InitFunctionCallInfoData(*target, &call->target, PG_NARGS(), PG_GET_COLLATION(),
+							 NULL, NULL);
+	for (int i = 0; i < PG_NARGS(); i++)
+	{
+		/* a strict function is not called with a NULL: its result is NULL */
+		if (fcinfo->args[i].isnull && call->target.fn_strict)
+			PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(call->result, values, nulls)));
+		target->args[i] = fcinfo->args[i];
+	}
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(caller);
+	PG_TRY();
+	{
+		/* what the executor checks before it calls a function */
+		check_execute(call->target.fn_oid);
+		values[0] = FunctionCallInvoke(target);
+		nulls[0] = target->isnull;
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(caller);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(caller);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(caller);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED ||
+			edata->sqlerrcode == ERRCODE_ASSERT_FAILURE)
+			ReThrowError(edata);
+		values[0] = (Datum) 0;
+		nulls[0] = true;
+		values[1] = error_as_data(edata);
+		nulls[1] = false;
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(call->result, values, nulls)));
+}
