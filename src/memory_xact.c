@@ -121,6 +121,17 @@ set_last_undo(Undo *undo)
 	last_undo = undo;
 }
 
+/* Make "undo" hold nothing to undo or count. */
+static void
+undo_clear(Undo *undo)
+{
+	undo->tokens = 0;
+	undo->pins = 0;
+	undo->paused = false;
+	undo->granted = 0;
+	undo->granted_tokens = 0;
+}
+
 /* Put "undo" on its level's list: a record of this transaction. */
 static void
 undo_register(Undo *undo)
@@ -184,11 +195,7 @@ memory_undo_for(MemoryEntry *entry)
 	{
 		undo->key = entry->key;
 		undo->hashcode = entry->hashcode;
-		undo->tokens = 0;
-		undo->pins = 0;
-		undo->paused = false;
-		undo->granted = 0;
-		undo->granted_tokens = 0;
+		undo_clear(undo);
 		undo_register(undo);
 	}
 	set_last_undo(undo);
@@ -234,8 +241,9 @@ memory_count_grant(Undo *undo, double cost)
 
 /*
  * Apply "undo" to its entry (give_back, at an abort: its tokens and
- * pause; else, at commit: release its pins, count its grants).  The entry may have gone meanwhile (dropped, or
- * removed as full): then there is nothing to do.
+ * pause; else, at commit: release its pins, count its grants).  The entry
+ * may have gone meanwhile (dropped, or removed as full): then there is
+ * nothing to do.
  */
 static void
 apply_undo(const Undo *undo, bool give_back, TimestampTz now)
@@ -628,11 +636,7 @@ reset_transaction(void)
 		}
 		if (keep)
 		{
-			last_undo->tokens = 0;
-			last_undo->pins = 0;
-			last_undo->paused = false;
-			last_undo->granted = 0;
-			last_undo->granted_tokens = 0;
+			undo_clear(last_undo);
 		}
 	}
 	undo_xact++;

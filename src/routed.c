@@ -25,6 +25,7 @@
 #include "catalog/objectaccess.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "common.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "nodes/value.h"
@@ -216,14 +217,8 @@ tb_routed_call(PG_FUNCTION_ARGS)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
+		ErrorData  *edata = subxact_abort(caller, owner);
 
-		MemoryContextSwitchTo(caller);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(caller);
-		CurrentResourceOwner = owner;
 		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED ||
 			edata->sqlerrcode == ERRCODE_ASSERT_FAILURE)
 			ReThrowError(edata);
