@@ -1258,7 +1258,8 @@ DECLARE
 	final_copy record;
 	copied text[] := '{}';
 	had_templates text[];
-	fenced_at timestamptz;
+	fence_from timestamptz;		-- before the fence's commit: no call saw it earlier
+	fenced_at timestamptz;		-- after it: a session begun before may not have
 	switched_at timestamptz;
 	busy int4;
 	deleted int4;
@@ -1332,6 +1333,7 @@ BEGIN
 		failure := ARRAY[code, message, NULLIF(detail, ''), NULLIF(hint, '')];
 	END;
 	IF failure IS NULL THEN
+		fence_from := pg_catalog.clock_timestamp();
 		COMMIT;
 		fenced_at := pg_catalog.clock_timestamp();
 		-- 3, 4: wait for the calls begun before the fence; copy the state
@@ -1394,8 +1396,8 @@ BEGIN
 		'the partition''s old database');
 	RAISE NOTICE 'partition % moved: % buckets and % templates copied; its calls were fenced for % ms (from % to %); % rows deleted from its old database',
 		partition, pg_catalog.cardinality(final_copy.buckets), pg_catalog.cardinality(final_copy.templates),
-		pg_catalog.round(CAST(pg_catalog.date_part('epoch', switched_at OPERATOR(pg_catalog.-) fenced_at) * 1000 AS numeric), 1),
-		fenced_at, switched_at, deleted;
+		pg_catalog.round(CAST(pg_catalog.date_part('epoch', switched_at OPERATOR(pg_catalog.-) fence_from) * 1000 AS numeric), 1),
+		fence_from, switched_at, deleted;
 END
 $$;
 
