@@ -178,7 +178,8 @@ error_as_data(const ErrorData *edata)
 }
 
 /*
- * tb_routed_<f>(args of tb_<f>, OUT result, OUT error text[]): tb_<f>'s
+ * tb_routed_<f>(args of tb_<f>) returns (result, error text[]), a named
+ * row type (tokenbucket_shard's tb_routed_result_<type>): tb_<f>'s
  * result, or its error as data (a cancel, or a failed assertion, raised
  * as it came, as PL/pgSQL's WHEN OTHERS leaves them).
  */

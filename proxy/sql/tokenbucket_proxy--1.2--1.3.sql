@@ -134,7 +134,12 @@ COMMENT ON FUNCTION @extschema@.tb_routed_failed(text, int4, text, text, text, t
 
 --
 -- The PL/Proxy functions: tokenbucket_shard's tb_routed_<f> on the shard
--- of the bucket (of the shard key, for several buckets).
+-- of the bucket (of the shard key, for several buckets).  Each names its
+-- statement, SELECT * FROM tb_routed_<f>(...), where PL/Proxy would send
+-- SELECT col::type, ... FROM ...: the shard parses every call anew, and
+-- each type named in a cast is a catalog lookup (a sixth of what a routed
+-- tb_acquire on a memory bucket costs the shard).  PL/Proxy still types
+-- the arguments ($1::text) and takes the columns by name.
 --
 CREATE FUNCTION @extschema@.tb_routed_acquire(name text,
 	OUT result boolean, OUT error text[])
@@ -143,6 +148,7 @@ LANGUAGE plproxy VOLATILE STRICT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route(name);
+	SELECT * FROM @extschema@.tb_routed_acquire(name);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire(text) IS
@@ -155,6 +161,7 @@ LANGUAGE plproxy VOLATILE STRICT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route(name);
+	SELECT * FROM @extschema@.tb_routed_acquire(name, cost);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire(text, float8) IS
@@ -167,6 +174,7 @@ LANGUAGE plproxy VOLATILE STRICT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route(name);
+	SELECT * FROM @extschema@.tb_routed_acquire(name, cost, reserve);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire(text, float8, float8) IS
@@ -181,6 +189,7 @@ LANGUAGE plproxy VOLATILE STRICT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route(name);
+	SELECT * FROM @extschema@.tb_routed_try(name, cost);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_try(text, float8) IS
@@ -195,6 +204,7 @@ LANGUAGE plproxy VOLATILE STRICT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route(name);
+	SELECT * FROM @extschema@.tb_routed_try(name, cost, reserve);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_try(text, float8, float8) IS
@@ -209,6 +219,7 @@ LANGUAGE plproxy VOLATILE STRICT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route(name);
+	SELECT * FROM @extschema@.tb_routed_peek(name, cost);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_peek(text, float8) IS
@@ -223,6 +234,7 @@ LANGUAGE plproxy VOLATILE STRICT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route(name);
+	SELECT * FROM @extschema@.tb_routed_peek(name, cost, reserve);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_peek(text, float8, float8) IS
@@ -235,6 +247,7 @@ LANGUAGE plproxy VOLATILE CALLED ON NULL INPUT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route(name);
+	SELECT * FROM @extschema@.tb_routed_acquire_wait(name, cost, timeout);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire_wait(text, float8, interval) IS
@@ -247,6 +260,7 @@ LANGUAGE plproxy VOLATILE CALLED ON NULL INPUT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route_all(names);
+	SELECT * FROM @extschema@.tb_routed_acquire_all(names, costs);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire_all(text[], float8[]) IS
@@ -259,6 +273,7 @@ LANGUAGE plproxy VOLATILE CALLED ON NULL INPUT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route_all(names);
+	SELECT * FROM @extschema@.tb_routed_acquire_all(names, costs, reserve);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire_all(text[], float8[], float8) IS
@@ -271,6 +286,7 @@ LANGUAGE plproxy VOLATILE CALLED ON NULL INPUT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route_all(names);
+	SELECT * FROM @extschema@.tb_routed_acquire_all_wait(names, costs, timeout);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_acquire_all_wait(text[], float8[], interval) IS
@@ -284,6 +300,7 @@ LANGUAGE plproxy VOLATILE CALLED ON NULL INPUT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route_all(names);
+	SELECT * FROM @extschema@.tb_routed_try_all(names, costs);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_try_all(text[], float8[]) IS
@@ -297,6 +314,7 @@ LANGUAGE plproxy VOLATILE CALLED ON NULL INPUT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route_all(names);
+	SELECT * FROM @extschema@.tb_routed_try_all(names, costs, reserve);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_try_all(text[], float8[], float8) IS
@@ -309,6 +327,7 @@ LANGUAGE plproxy VOLATILE STRICT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route(name);
+	SELECT * FROM @extschema@.tb_routed_refund(name, tokens);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_refund(text, float8) IS
@@ -321,6 +340,7 @@ LANGUAGE plproxy VOLATILE STRICT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route(name);
+	SELECT * FROM @extschema@.tb_routed_settle(name, reserved, used);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_settle(text, float8, float8) IS
@@ -333,6 +353,7 @@ LANGUAGE plproxy VOLATILE STRICT
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON @extschema@.tb_route(name);
+	SELECT * FROM @extschema@.tb_routed_sync(name, remaining);
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_sync(text, float8) IS
