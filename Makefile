@@ -35,6 +35,10 @@ PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
 
+# PGXS tracks no header dependencies: an object is rebuilt when any header
+# of the extension changes (a struct laid out anew must reach every file)
+$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h)
+
 # tokenbucket_proxy (proxy/, SQL only), for a PL/Proxy database in front of
 # several servers that run tokenbucket, goes along
 all: all-proxy

@@ -639,12 +639,27 @@ memory_remove_every(void)
 		hash_search(template_hash, &template->key, HASH_REMOVE, NULL);
 }
 
+/*
+ * The room the hash gives an entry: the struct, and enough more that each
+ * element (the hash's header and the entry) fills whole cache lines.  The
+ * hash's elements are laid out in arrays that start on a cache line, so
+ * each entry then starts 16 bytes into one, and its fields fall in the
+ * lines MemoryEntry says.
+ */
+static Size
+entry_room(void)
+{
+	Size		header = MAXALIGN(sizeof(HASHELEMENT));
+
+	return TYPEALIGN(PG_CACHE_LINE_SIZE, header + sizeof(MemoryEntry)) - header;
+}
+
 /* Shared memory the store needs. */
 Size
 memory_shmem_size(void)
 {
 	return add_size(add_size(MAXALIGN(sizeof(MemoryShared)),
-							 shmem_hash_size(max_memory_buckets, sizeof(MemoryEntry))),
+							 shmem_hash_size(max_memory_buckets, entry_room())),
 					shmem_hash_size(MEMORY_TEMPLATES, sizeof(MemoryTemplate)));
 }
 
@@ -663,7 +678,7 @@ memory_attach(LWLockPadded *locks)
 
 	memory_shared = shmem_struct("tokenbucket", sizeof(MemoryShared), &found);
 	memory_hash = shmem_hash("tokenbucket buckets", max_memory_buckets,
-							 sizeof(MemoryKey), sizeof(MemoryEntry),
+							 sizeof(MemoryKey), entry_room(),
 							 memory_key_hash, memory_key_match, MEMORY_PARTITIONS);
 	template_hash = shmem_hash("tokenbucket templates", MEMORY_TEMPLATES,
 							   sizeof(SharedKey), sizeof(MemoryTemplate),

@@ -55,23 +55,31 @@ typedef struct MemoryTemplate
 	pg_atomic_uint32 nkeys;		/* entries made from it */
 } MemoryTemplate;
 
-/* A memory bucket. */
+/*
+ * A memory bucket.  What a call on it reads or writes comes right after
+ * the key, in the two cache lines after the key's last, and the hash gives
+ * each entry whole cache lines (entry_room() in memory_entries.c): a call
+ * touches three lines of it, the key's first and those two, where a
+ * random bucket among a million misses the cache on each.
+ */
 typedef struct MemoryEntry
 {
 	MemoryKey	key;			/* first: the hash's key */
 	uint32		hashcode;		/* of the key: its partition */
-	uint64		serial;			/* new for every entry made */
-	MemoryTemplate *template;	/* what it was made from; NULL: named */
-	TransactionId owner;		/* a provisional entry's transaction */
-	struct MemoryEntry *prev;	/* its partition's list, for the clock */
-	struct MemoryEntry *next;
 	bool		used;			/* used since the clock last passed */
-	TimestampTz since;			/* when its counters started */
-	slock_t		mutex;			/* guards the fields below */
+	slock_t		mutex;			/* guards waiter, pins, bucket, counters */
 	int			waiter;			/* proc number of the head waiter, or -1 */
 	int			pins;			/* open changes whose undo takes tokens */
+	uint64		serial;			/* new for every entry made */
+	MemoryTemplate *template;	/* what it was made from; NULL: named */
 	Bucket		bucket;
-	StatsCounters counters;		/* a template key's own (stats.c) */
+	StatsCounters counters;		/* a template key's own (stats.c); granted
+								 * first, added at commit */
+	/* the rest, for changes and the clock */
+	TransactionId owner;		/* a provisional entry's transaction */
+	TimestampTz since;			/* when its counters started */
+	struct MemoryEntry *prev;	/* its partition's list, for the clock */
+	struct MemoryEntry *next;
 } MemoryEntry;
 
 /* A partition's entries, for the clock. */
