@@ -9,11 +9,12 @@
 # bench/token_bucket.lua (two round trips).  10,000 and then 100,000 users
 # (GATEWAY_USERS), each bucket used once before (so that the runs measure
 # buckets in use), capacities that never run dry, 8 and 32 connections,
-# three rounds taken in turn.  Writes bench/gateway.csv and prints the rate of
+# GATEWAY_ROUNDS (3) rounds taken in turn.  Writes bench/gateway.csv and prints the rate of
 # each way and tokenbucket's over Redis's.
 
 GATEWAY_CSV=$TOP/bench/gateway.csv
 : "${GATEWAY_USERS:=10000 100000}"
+: "${GATEWAY_ROUNDS:=3}"
 
 gcc -O2 -Wall -Wextra -Werror -o "$TB_TMP/gateway" "$TOP/bench/gateway.c" \
 	-I"$($PG_CONFIG --includedir)" -L"$($PG_CONFIG --libdir)" -lpq -lhiredis -lpthread
@@ -32,7 +33,7 @@ VACUUM ANALYZE api_keys;
 SQL
 	redis-cli -p "$REDIS_PORT" EVAL "for i = 1, tonumber(ARGV[1]) do
 		redis.call('HSET', 'user:' .. i, 'tokens', 1e9, 'ts', 0) end return 1" 0 "$users" >/dev/null
-	for round in 1 2 3; do
+	for ((round = 1; round <= GATEWAY_ROUNDS; round++)); do
 		for c in 8 32; do
 			for mode in lookup tokenbucket redis; do
 				line=$("$TB_TMP/gateway" "$mode" "$BENCH_SECONDS" "$c" "$users" \

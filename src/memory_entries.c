@@ -642,9 +642,10 @@ memory_remove_every(void)
 /*
  * The room the hash gives an entry: the struct, and enough more that each
  * element (the hash's header and the entry) fills whole cache lines.  The
- * hash's elements are laid out in arrays that start on a cache line, so
- * each entry then starts 16 bytes into one, and its fields fall in the
- * lines MemoryEntry says.
+ * hash's elements are laid out in arrays that start on a cache line
+ * (ShmemAlloc's alignment), so each entry then starts 16 bytes into one,
+ * and its fields fall in the lines MemoryEntry says; were they not, only
+ * the speed would change.
  */
 static Size
 entry_room(void)
