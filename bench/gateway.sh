@@ -9,8 +9,8 @@
 # bench/token_bucket.lua (two round trips).  10,000 and then 100,000 users
 # (GATEWAY_USERS), each bucket used once before (so that the runs measure
 # buckets in use), capacities that never run dry, 8 and 32 connections,
-# GATEWAY_ROUNDS (3) rounds taken in turn.  Writes bench/gateway.csv and prints the rate of
-# each way and tokenbucket's over Redis's.
+# GATEWAY_ROUNDS (3) rounds taken in turn.  Writes bench/gateway.csv and
+# prints the rate of each way and tokenbucket's over Redis's.
 
 GATEWAY_CSV=$TOP/bench/gateway.csv
 : "${GATEWAY_USERS:=10000 100000}"
