@@ -15,7 +15,8 @@ REGRESS = api errors clock security settle all templates upgrade exact look memo
 # isolation specs live in test/isolation/{specs,expected}
 ISOLATION = race_last_token wait_uncommitted rollback_returns all_or_nothing \
 	acquire_all_deadlock template_first_use concurrent_purge memory_race \
-	memory_committed lease_last_slot lease_memory_last_slot reserve_race
+	memory_committed lease_last_slot lease_memory_last_slot reserve_race \
+	template_copy
 ISOLATION_OPTS = --inputdir=test/isolation
 
 # warnings are errors; silence only what PostgreSQL's own headers trigger

@@ -4,8 +4,8 @@
 # callgrind (repeatable whatever else the machine is doing, unlike a rate):
 # a single-user backend runs a prepared statement 200 times, then 1,200
 # times, and the difference / 1,000 is one call.  For SELECT 1, a named
-# memory bucket, a memory template's key (the same one, and a random one
-# of 1,000), and a table bucket, on two
+# memory bucket, a memory template's key (the same one, a random one of
+# 1,000, and a new one each call), and a table bucket, on two
 # revisions (OTHER defaults to the working tree).  Not a test.
 
 source "$(dirname "$0")/../scripts/common.sh"
@@ -50,6 +50,8 @@ SQL
 
 instructions() {	# STATEMENT COUNT: callgrind's total for the whole backend
 	{
+		# the new keys' template made again: each run starts with none
+		echo "SELECT tb_drop('n:*'), tb_create('n:*', 1e9, 1e9, memory => true);"
 		echo "PREPARE p AS $1;"
 		for ((i = 0; i < $2; i++)); do echo "EXECUTE p;"; done
 	} >"$WORK/in.sql"
@@ -62,9 +64,12 @@ instructions() {	# STATEMENT COUNT: callgrind's total for the whole backend
 # a random one of the template's 1,000 keys: each call a bucket other than
 # the last (the random number costs both revisions alike)
 RANDOM_KEY="(1 + floor(random() * 1000))::int"
+# a new key of a memory template each call (its first call makes it)
+NEW_KEY="(random() * 1e15)::bigint"
 printf '\n%-58s %12s %12s %8s\n' "instructions per call" base other ratio
 for stmt in "SELECT 1" "SELECT tb_acquire('m')" "SELECT tb_acquire('u:1')" \
-	"SELECT tb_acquire('u:' || $RANDOM_KEY)" "SELECT tb_acquire('t')"; do
+	"SELECT tb_acquire('u:' || $RANDOM_KEY)" "SELECT tb_acquire('n:' || $NEW_KEY)" \
+	"SELECT tb_acquire('t')"; do
 	declare -A per=()
 	for build in base other; do
 		use "$build"

@@ -130,6 +130,19 @@ SELECT round(tokens::numeric, 2) AS tokens FROM tb_status WHERE name = 'mem';
 TRUNCATE tb_buckets;
 SELECT count(*) AS left_in_memory FROM tb_memory_buckets();
 
+-- a new key's template when there are more templates than a backend
+-- copies (256): the longest prefix still wins ('manyz:*' over 'many*')
+SELECT tb_create('many*', 2, 1, memory => true);
+SELECT count(tb_create('many' || i || ':*', 1, 1, memory => true)) FROM generate_series(1, 300) AS i;
+SELECT tb_create('manyz:*', 3, 1, memory => true);
+SELECT tb_acquire('manyz:a'), tb_acquire('many7:b'), tb_acquire('manyq');
+SELECT name, capacity, template FROM tb_status WHERE name IN ('manyz:a', 'many7:b', 'manyq') ORDER BY name;
+-- and with fewer, as each backend copies them
+SELECT count(tb_drop('many' || i || ':*')) FROM generate_series(1, 300) AS i;
+SELECT tb_acquire('manyz:c'), tb_acquire('many7:d');
+SELECT name, capacity, template FROM tb_status WHERE name IN ('manyz:c', 'many7:d') ORDER BY name;
+SELECT tb_drop('many*'), tb_drop('manyz:*');
+
 -- the size is set at server start
 SET tokenbucket.max_memory_buckets = 5;
 SELECT current_setting('tokenbucket.max_memory_buckets')::int > 100 AS sized;

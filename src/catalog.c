@@ -30,9 +30,11 @@
 #include "catalog/pg_type.h"
 #include "common.h"
 #include "miscadmin.h"
+#include "shmem.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -271,15 +273,173 @@ static KeptPlan memory_delete_plan = {
 };
 
 /*
+ * A name's configuration from its template (of "len" bytes, its '*'
+ * included): the full bucket it makes at "now".
+ */
+static void
+template_config(BucketConfig *config, double capacity, double refill_rate,
+				int len, bool memory, bool mine, TimestampTz now)
+{
+	config->source = CONFIG_TEMPLATE;
+	config->memory = memory;
+	config->bucket.capacity = capacity;
+	config->bucket.refill_rate = refill_rate;
+	config->bucket.deficit = 0;
+	config->bucket.updated_at = now;
+	config->bucket.paused_until = DT_NOBEGIN;
+	config->template_len = len;
+	config->mine = mine;
+}
+
+/* Every template, for the copy below; the partial index holds them. */
+static KeptPlan templates_plan = {
+	.sql = "SELECT name, capacity, refill_rate, memory FROM %1$s.tb_buckets"
+	" WHERE name OPERATOR(pg_catalog.~~) '%%*'",
+	.nargs = 0
+};
+
+/*
+ * Every template of an installation as committed at a configuration
+ * generation (the memory store's count of settings changes applied, which
+ * the commit of a template's INSERT, and of any change to a memory
+ * template, moves), copied by this backend: while the generation stands,
+ * the memory template that makes a new name is found here without a
+ * statement, and a flood of new per-user keys costs one statement a key
+ * (the read of the name's own row) where it cost three.  A table template
+ * dropped, changed or renamed in place moves no generation, so the copy
+ * answers only where it finds a memory template, which no such change of a
+ * shorter template can overrule; a longer one is new, and moved the
+ * generation (if its names can be a memory bucket's at all).
+ */
+#define TEMPLATES_COPIED_MAX 256
+
+typedef struct CopiedTemplate
+{
+	char	   *prefix;			/* the template's name without its '*' */
+	int			len;
+	double		capacity;
+	double		refill_rate;
+	bool		memory;
+} CopiedTemplate;
+
+static struct
+{
+	uint64		generation;		/* read at; 0: no copy */
+	Oid			relid;
+	int			count;			/* -1: too many templates to copy */
+	CopiedTemplate *templates;
+	MemoryContext context;
+}			template_copy;
+
+/*
+ * Whether this backend's copy of the templates of "relid" is the one
+ * committed at "generation" (read before the copy is made, so that a
+ * change committed after the copy's snapshot moves it), making the copy if
+ * need be.  Only a transaction that has written nothing uses the copy:
+ * then the latest snapshot is the committed state, and no change of its
+ * own, which could still roll back, is in the copy.
+ */
+static bool
+template_copy_current(Oid relid, uint64 generation)
+{
+	uint64		rows;
+	MemoryContext old;
+
+	if (generation == 0 || TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		return false;
+	if (template_copy.generation == generation && template_copy.relid == relid)
+		return template_copy.count >= 0;
+
+	template_copy.generation = 0;
+	if (template_copy.context == NULL)
+		template_copy.context = AllocSetContextCreate(TopMemoryContext,
+													  "tokenbucket templates",
+													  ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(template_copy.context);
+	template_copy.templates = NULL;
+	template_copy.count = -1;
+	rows = run(&templates_plan, relid, NULL, NULL, true);
+	if (rows <= TEMPLATES_COPIED_MAX)
+	{
+		TupleDesc	desc = rows > 0 ? SPI_tuptable->tupdesc : NULL;
+
+		old = MemoryContextSwitchTo(template_copy.context);
+		template_copy.templates = palloc0(sizeof(CopiedTemplate) * Max(rows, 1));
+		for (uint64 i = 0; i < rows; i++)
+		{
+			HeapTuple	tuple = SPI_tuptable->vals[i];
+			CopiedTemplate *t = &template_copy.templates[i];
+			bool		isnull;
+			text	   *name = DatumGetTextPP(SPI_getbinval(tuple, desc, 1, &isnull));
+
+			t->len = VARSIZE_ANY_EXHDR(name) - 1;
+			t->prefix = pnstrdup(VARDATA_ANY(name), t->len);
+			t->capacity = DatumGetFloat8(SPI_getbinval(tuple, desc, 2, &isnull));
+			t->refill_rate = DatumGetFloat8(SPI_getbinval(tuple, desc, 3, &isnull));
+			t->memory = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
+		}
+		MemoryContextSwitchTo(old);
+		template_copy.count = (int) rows;
+	}
+	if (rows > 0)
+	{
+		SPI_freetuptable(SPI_tuptable);
+		SPI_tuptable = NULL;
+	}
+	template_copy.relid = relid;
+	template_copy.generation = generation;
+	return template_copy.count >= 0;
+}
+
+/*
+ * If the copy of the templates kept at configuration "generation" says
+ * that a memory template makes "name" (when it has no row of its own),
+ * put that template's configuration in *config and return true; false
+ * when the copy cannot say so (no copy at that generation, a table
+ * template, or none).  In an SPI session.
+ */
+bool
+catalog_memory_template(Oid relid, text *name, TimestampTz now,
+						uint64 generation, BucketConfig *config)
+{
+	const CopiedTemplate *best = NULL;
+	int			len = VARSIZE_ANY_EXHDR(name);
+
+	/*
+	 * a name longer than a memory bucket's may be a longer table
+	 * template's, whose making the memory store ignored: no generation
+	 * moved for it
+	 */
+	if (len == 0 || len > SHARED_NAME_MAX_BYTES || is_template_name(name) ||
+		!template_copy_current(relid, generation))
+		return false;
+	for (int i = 0; i < template_copy.count; i++)
+	{
+		const CopiedTemplate *t = &template_copy.templates[i];
+
+		if (t->len <= len && (best == NULL || t->len > best->len) &&
+			memcmp(t->prefix, VARDATA_ANY(name), t->len) == 0)
+			best = t;
+	}
+	if (best == NULL || !best->memory)
+		return false;
+	template_config(config, best->capacity, best->refill_rate, best->len + 1,
+					true, false, now);
+	return true;
+}
+
+/*
  * The configuration of bucket "name": its row (with the row's state), or
  * the template that would make it (the full bucket it would make at
  * "now").  Templates are never made from templates.  With "latest", as
  * committed now (and as this transaction changed it), whatever the
- * transaction's snapshot: what a memory bucket's entry is made from.
+ * transaction's snapshot: what a memory bucket's entry is made from; then
+ * a nonzero "generation" (the memory store's, read before) lets a memory
+ * template come from this backend's copy of the templates.
  */
 ConfigSource
 catalog_find(Oid relid, text *name, TimestampTz now, bool latest,
-			 BucketConfig *config)
+			 uint64 generation, BucketConfig *config)
 {
 	Datum		args[1] = {PointerGetDatum(name)};
 	HeapTuple	tuple;
@@ -299,24 +459,25 @@ catalog_find(Oid relid, text *name, TimestampTz now, bool latest,
 		plan_read_bucket(&config->bucket);
 		return config->source = CONFIG_ROW;
 	}
+	if (latest && catalog_memory_template(relid, name, now, generation, config))
+		return config->source;
 	if (VARSIZE_ANY_EXHDR(name) == 0 || is_template_name(name) ||
 		run(&template_plan, relid, args, NULL, latest) == 0)
 		return config->source = CONFIG_NONE;
 
 	tuple = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
-	config->bucket.capacity = DatumGetFloat8(SPI_getbinval(tuple, desc, 1, &isnull));
-	config->bucket.refill_rate = DatumGetFloat8(SPI_getbinval(tuple, desc, 2, &isnull));
-	config->bucket.deficit = 0;
-	config->bucket.updated_at = now;
-	config->bucket.paused_until = DT_NOBEGIN;
-	config->template_len = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
-	config->memory = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
-	config->mine = TransactionIdIsCurrentTransactionId(
-		DatumGetTransactionId(SPI_getbinval(tuple, desc, 5, &isnull)));
+	template_config(config,
+					DatumGetFloat8(SPI_getbinval(tuple, desc, 1, &isnull)),
+					DatumGetFloat8(SPI_getbinval(tuple, desc, 2, &isnull)),
+					DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull)),
+					DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull)),
+					TransactionIdIsCurrentTransactionId(
+						DatumGetTransactionId(SPI_getbinval(tuple, desc, 5, &isnull))),
+					now);
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = NULL;
-	return config->source = CONFIG_TEMPLATE;
+	return config->source;
 }
 
 /* A new bucket or template row, full; false when the name is taken. */

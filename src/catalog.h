@@ -67,7 +67,10 @@ typedef struct BucketConfig
 } BucketConfig;
 
 extern ConfigSource catalog_find(Oid relid, text *name, TimestampTz now,
-								 bool latest, BucketConfig *config);
+								 bool latest, uint64 generation,
+								 BucketConfig *config);
+extern bool catalog_memory_template(Oid relid, text *name, TimestampTz now,
+									uint64 generation, BucketConfig *config);
 extern bool catalog_insert(Oid relid, text *name, double capacity,
 						   double refill_rate, bool memory, TimestampTz now);
 extern bool catalog_set_memory_settings(Oid relid, text *name, double capacity,

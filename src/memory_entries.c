@@ -688,7 +688,7 @@ memory_attach(LWLockPadded *locks)
 		return;
 	memset(memory_shared, 0, sizeof(MemoryShared));
 	memory_shared->locks = locks;
-	pg_atomic_init_u64(&memory_shared->changes, 0);
+	pg_atomic_init_u64(&memory_shared->changes, 1);
 	pg_atomic_init_u64(&memory_shared->serials, 1);
 	pg_atomic_init_u32(&memory_shared->template_keys, 0);
 	pg_atomic_init_u32(&memory_shared->clock, 0);

@@ -96,7 +96,7 @@ typedef struct MemoryShared
 	TimestampTz empty_at;		/* absent buckets were empty then (-infinity: full) */
 	TimeLineID	timeline;		/* the timeline empty_at belongs to */
 	bool		unusable;		/* the marker file could not be written */
-	pg_atomic_uint64 changes;	/* settings changes applied so far */
+	pg_atomic_uint64 changes;	/* settings changes applied so far, plus 1 */
 	pg_atomic_uint64 serials;	/* entries made so far */
 	pg_atomic_uint32 template_keys; /* entries made from templates */
 	pg_atomic_uint32 clock;		/* the partition the clock looks in next */

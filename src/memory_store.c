@@ -266,7 +266,10 @@ memory_make(Oid relid, text *name, const Bucket *state, int template_len,
 		made == ENTRY_EXISTS ? STORE_EXISTS : STORE_STALE;
 }
 
-/* generation(): how many settings changes have been applied. */
+/*
+ * generation(): how many settings changes have been applied, counted from
+ * 1 (0: there is no memory store, and so no generation).
+ */
 static uint64
 memory_generation(void)
 {

@@ -10,9 +10,11 @@
  * bucket with an entry answers without SPI; a table bucket's grant is one
  * UPDATE; only a bucket neither store holds yet (a named memory bucket
  * without an entry, or a name a template makes) costs a read of its
- * configuration, after which the router gives it its place in its store
- * and asks again.  Requests for several buckets are all or nothing across
- * both stores (a subtransaction, rolled back if one denies).
+ * configuration (for a memory template's new key, of its own row alone:
+ * the template comes from the backend's copy, catalog.c), after which the
+ * router gives it its place in its store and asks again.  Requests for
+ * several buckets are all or nothing across both stores (a subtransaction,
+ * rolled back if one denies).
  *
  * Changes to configuration reach the stores through the trigger on
  * tb_buckets (tb_buckets_changed below), at commit.  Every decision is
@@ -175,7 +177,8 @@ ensure_memory(Oid relid, text *name, TimestampTz now, BucketConfig *config)
 
 		CHECK_FOR_INTERRUPTS();
 
-		if (catalog_find(relid, name, now, true, config) == CONFIG_NONE || !config->memory)
+		if (catalog_find(relid, name, now, true, seen, config) == CONFIG_NONE ||
+			!config->memory)
 			return false;
 		state = memory_store.absent(&config->bucket, now);
 		if (memory_store.make(relid, name, &state, config->template_len, seen,
@@ -219,7 +222,7 @@ peek_one(Oid relid, Request *request, TimestampTz now)
 
 	if (!memory_store.peek(relid, request) && !table_store.peek(relid, request))
 	{
-		if (catalog_find(relid, request->name, now, false, &config) == CONFIG_NONE)
+		if (catalog_find(relid, request->name, now, false, 0, &config) == CONFIG_NONE)
 			report_missing(request->name);
 		if (config.source == CONFIG_ROW && !config.memory)
 			request->bucket = config.bucket;	/* made since */
@@ -247,14 +250,25 @@ take_one(Oid relid, Request *request, TimestampTz now)
 		return bucket_holds(&request->bucket, 0, request->reserve, now);
 	}
 
-	/* more rounds only when the bucket was made or changed meanwhile */
+	/*
+	 * More rounds only when the bucket was made or changed meanwhile.  A
+	 * name a memory template makes (a new per-user key, by the copy of the
+	 * templates) skips the table's UPDATE in the first: a row of its own,
+	 * which alone could make it a table bucket, is read before its entry
+	 * is made, and takes it to the table in the next round.
+	 */
 	for (int attempt = 0; attempt < 3; attempt++)
 	{
 		BucketConfig config;
 
-		result = table_store.take(relid, request, now);
-		if (result != STORE_ABSENT)
-			return decided(request, result);
+		if (attempt > 0 ||
+			!catalog_memory_template(relid, request->name, now,
+									 memory_store.generation(), &config))
+		{
+			result = table_store.take(relid, request, now);
+			if (result != STORE_ABSENT)
+				return decided(request, result);
+		}
 
 		/* neither store holds it yet */
 		if (ensure_memory(relid, request->name, now, &config))
@@ -355,7 +369,8 @@ template_step(void *arg)
 	BucketConfig config;
 	SpiSession	session = spi_begin(lookup->fcinfo, false);
 
-	(void) catalog_find(lookup->relid, lookup->name, GetCurrentTimestamp(), false, &config);
+	(void) catalog_find(lookup->relid, lookup->name, GetCurrentTimestamp(), false, 0,
+						&config);
 	spi_end(&session);
 	lookup->template_len = config.source == CONFIG_NONE ? 0 : config.template_len;
 	return false;

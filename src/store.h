@@ -193,7 +193,10 @@ typedef struct StoreRoutine
 	/* Fail unless a bucket (or template) named "len" bytes can be made here. */
 	void		(*check_make) (int len);
 
-	/* A number that changes whenever configure() takes effect. */
+	/*
+	 * A number that changes whenever configure() takes effect; 0 where
+	 * there is none.
+	 */
 	uint64		(*generation) (void);
 } StoreRoutine;
 
