@@ -11,7 +11,8 @@
 # KEYS_ROUNDS (3) rounds, medians printed.  Then
 # the flood: the 10,000 keys' rate at 8 clients alone, and with one more
 # session making FLOOD_RATE (2,000) new keys of another template a second
-# (an attacker's made-up user ids), three rounds in turn.  (Unthrottled,
+# (an attacker's made-up user ids), and with one running SELECT 1 as
+# often (what any ninth session costs), three rounds in turn.  (Unthrottled,
 # one flooding session takes a whole core of a 2-core machine, CPU that
 # the others then do not have, whatever the locks.)  Writes
 # bench/keys.csv and prints the ratios.
@@ -60,7 +61,9 @@ for n in 10000 100000 1000000; do
 	done
 done
 
-# the flood: one session making new keys beside the 8 on existing ones
+# the flood: one session making new keys beside the 8 on existing ones;
+# and, for what any ninth session costs them on this machine, one running
+# SELECT 1 as often
 for round in 1 2 3; do
 	keys_run keys10000 1000000 8 "$round"
 	pgbench -n -M prepared -c 1 -R "$FLOOD_RATE" -T "$((BENCH_SECONDS + 2))" -f "$K/flood.sql" keys \
@@ -73,6 +76,14 @@ for round in 1 2 3; do
 	flooded=$(sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p' "$K/flood.out")
 	printf '%s,%s,%s,%s,%.0f\n' keys10000_flooded 1000000 8 "$round" "${tps:-0}" | tee -a "$KEYS_CSV"
 	printf '%s,%s,%s,%s,%.0f\n' flood_new_keys 1000000 1 "$round" "${flooded:-0}" | tee -a "$KEYS_CSV"
+	pgbench -n -M prepared -c 1 -R "$FLOOD_RATE" -T "$((BENCH_SECONDS + 2))" -f "$K/select1.sql" keys \
+		>/dev/null 2>&1 &
+	flood=$!
+	sleep 1
+	tps=$(pgbench -n -M prepared -c 8 -j 2 -T "$BENCH_SECONDS" -f "$K/keys10000.sql" keys 2>&1 |
+		sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p')
+	wait $flood || true
+	printf '%s,%s,%s,%s,%.0f\n' keys10000_beside_select1 1000000 8 "$round" "${tps:-0}" | tee -a "$KEYS_CSV"
 done
 
 awk -F, "$(cat "$TOP/bench/median.awk")"'
@@ -90,4 +101,7 @@ NR > 1 { k = $1 "," $2 "," $3; n[k]++; v[k, n[k]] = $5 }
 		a = median("keys10000,1000000,8"); f = median("keys10000_flooded,1000000,8")
 		printf "flood: 10,000 keys at 8 clients %d/s alone, %d/s beside a session making %d new keys a second: %.2fx\n",
 			a, f, median("flood_new_keys,1000000,1"), f / a
+		b = median("keys10000_beside_select1,1000000,8")
+		printf "       %d/s beside a session running SELECT 1 as often: %.2fx (the flood %.2fx of that)\n",
+			b, b / a, f / b
 	}' "$KEYS_CSV"

@@ -327,6 +327,7 @@ static struct
 	uint64		generation;		/* read at; 0: no copy */
 	Oid			relid;
 	int			count;			/* -1: too many templates to copy */
+	int			memory_count;	/* how many are memory templates */
 	CopiedTemplate *templates;
 	MemoryContext context;
 }			template_copy;
@@ -358,6 +359,7 @@ template_copy_current(Oid relid, uint64 generation)
 	MemoryContextReset(template_copy.context);
 	template_copy.templates = NULL;
 	template_copy.count = -1;
+	template_copy.memory_count = 0;
 	rows = run(&templates_plan, relid, NULL, NULL, true);
 	if (rows <= TEMPLATES_COPIED_MAX)
 	{
@@ -377,6 +379,7 @@ template_copy_current(Oid relid, uint64 generation)
 			t->capacity = DatumGetFloat8(SPI_getbinval(tuple, desc, 2, &isnull));
 			t->refill_rate = DatumGetFloat8(SPI_getbinval(tuple, desc, 3, &isnull));
 			t->memory = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
+			template_copy.memory_count += t->memory ? 1 : 0;
 		}
 		MemoryContextSwitchTo(old);
 		template_copy.count = (int) rows;
@@ -411,7 +414,8 @@ catalog_memory_template(Oid relid, text *name, TimestampTz now,
 	 * moved for it
 	 */
 	if (len == 0 || len > SHARED_NAME_MAX_BYTES || is_template_name(name) ||
-		!template_copy_current(relid, generation))
+		!template_copy_current(relid, generation) ||
+		template_copy.memory_count == 0)
 		return false;
 	for (int i = 0; i < template_copy.count; i++)
 	{
