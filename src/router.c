@@ -33,6 +33,7 @@
 #include "catalog/objectaccess.h"
 #include "commands/trigger.h"
 #include "common.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "router.h"
 #include "utils/builtins.h"
@@ -233,6 +234,57 @@ peek_one(Oid relid, Request *request, TimestampTz now)
 }
 
 /*
+ * Names that the copy of the templates gives a memory template but that
+ * have a table row of their own (a named table bucket under a memory
+ * template's prefix), as found at a memory store generation, by a hash of
+ * the name: their calls try the table's UPDATE first again, rather than
+ * read their row before it on every call.  A slot lost to another name,
+ * or a hash two names share, only costs that read.
+ */
+#define TABLE_NAMES_KEPT 64
+static struct
+{
+	uint64		generation;
+	uint32		hash;
+}			table_names[TABLE_NAMES_KEPT];
+
+/* The hash table_names keeps for "name". */
+static uint32
+table_name_hash(text *name)
+{
+	return hash_bytes((const unsigned char *) VARDATA_ANY(name),
+					  VARSIZE_ANY_EXHDR(name));
+}
+
+/*
+ * Whether "name" is a memory template's new key that may skip the table's
+ * UPDATE: the copy of the templates says a memory template makes it, and
+ * it was not found to have a table row at this generation.
+ */
+static bool
+skips_table(Oid relid, text *name, TimestampTz now, uint64 generation)
+{
+	BucketConfig config;
+	uint32		hash;
+
+	if (!catalog_memory_template(relid, name, now, generation, &config))
+		return false;
+	hash = table_name_hash(name);
+	return table_names[hash % TABLE_NAMES_KEPT].generation != generation ||
+		table_names[hash % TABLE_NAMES_KEPT].hash != hash;
+}
+
+/* Remember that "name" has a table row, as found at "generation". */
+static void
+remember_table_name(text *name, uint64 generation)
+{
+	uint32		hash = table_name_hash(name);
+
+	table_names[hash % TABLE_NAMES_KEPT].generation = generation;
+	table_names[hash % TABLE_NAMES_KEPT].hash = hash;
+}
+
+/*
  * Take the request's cost from its bucket at "now" if it grants it.  Either
  * way request->bucket is left with the bucket's state after the decision.
  * A cost of 0 only looks: it changes nothing, so it writes nothing.
@@ -260,10 +312,11 @@ take_one(Oid relid, Request *request, TimestampTz now)
 	for (int attempt = 0; attempt < 3; attempt++)
 	{
 		BucketConfig config;
+		uint64		generation = memory_store.generation();
+		bool		skipped = attempt == 0 &&
+			skips_table(relid, request->name, now, generation);
 
-		if (attempt > 0 ||
-			!catalog_memory_template(relid, request->name, now,
-									 memory_store.generation(), &config))
+		if (!skipped)
 		{
 			result = table_store.take(relid, request, now);
 			if (result != STORE_ABSENT)
@@ -281,7 +334,12 @@ take_one(Oid relid, Request *request, TimestampTz now)
 		if (config.source == CONFIG_NONE)
 			break;
 		if (config.source == CONFIG_ROW)
-			continue;			/* a table bucket made since the UPDATE looked */
+		{
+			/* a table bucket, made since the UPDATE looked, or skipped */
+			if (skipped)
+				remember_table_name(request->name, generation);
+			continue;
+		}
 
 		/* a table template's bucket: made already taken from, in one INSERT */
 		request->bucket = table_store.absent(&config.bucket, now);
