@@ -64,25 +64,24 @@ done
 # the flood: one session making new keys beside the 8 on existing ones;
 # and, for what any ninth session costs them on this machine, one running
 # SELECT 1 as often
+# beside FILE: the 10,000 keys' rate at 8 clients while one more session
+# runs FILE FLOOD_RATE times a second (its pgbench output in $K/beside.out)
+beside() {
+	pgbench -n -M prepared -c 1 -R "$FLOOD_RATE" -T "$((BENCH_SECONDS + 2))" -f "$K/$1" keys \
+		>"$K/beside.out" 2>&1 &
+	local other=$!
+	sleep 1
+	pgbench -n -M prepared -c 8 -j 2 -T "$BENCH_SECONDS" -f "$K/keys10000.sql" keys 2>&1 |
+		sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p'
+	wait $other || true
+}
 for round in 1 2 3; do
 	keys_run keys10000 1000000 8 "$round"
-	pgbench -n -M prepared -c 1 -R "$FLOOD_RATE" -T "$((BENCH_SECONDS + 2))" -f "$K/flood.sql" keys \
-		>"$K/flood.out" 2>&1 &
-	flood=$!
-	sleep 1
-	tps=$(pgbench -n -M prepared -c 8 -j 2 -T "$BENCH_SECONDS" -f "$K/keys10000.sql" keys 2>&1 |
-		sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p')
-	wait $flood || true
-	flooded=$(sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p' "$K/flood.out")
+	tps=$(beside flood.sql)
+	flooded=$(sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p' "$K/beside.out")
 	printf '%s,%s,%s,%s,%.0f\n' keys10000_flooded 1000000 8 "$round" "${tps:-0}" | tee -a "$KEYS_CSV"
 	printf '%s,%s,%s,%s,%.0f\n' flood_new_keys 1000000 1 "$round" "${flooded:-0}" | tee -a "$KEYS_CSV"
-	pgbench -n -M prepared -c 1 -R "$FLOOD_RATE" -T "$((BENCH_SECONDS + 2))" -f "$K/select1.sql" keys \
-		>/dev/null 2>&1 &
-	flood=$!
-	sleep 1
-	tps=$(pgbench -n -M prepared -c 8 -j 2 -T "$BENCH_SECONDS" -f "$K/keys10000.sql" keys 2>&1 |
-		sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p')
-	wait $flood || true
+	tps=$(beside select1.sql)
 	printf '%s,%s,%s,%s,%.0f\n' keys10000_beside_select1 1000000 8 "$round" "${tps:-0}" | tee -a "$KEYS_CSV"
 done
 
