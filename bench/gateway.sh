@@ -9,12 +9,15 @@
 # bench/token_bucket.lua (two round trips).  10,000 and then 100,000 users
 # (GATEWAY_USERS), each bucket used once before (so that the runs measure
 # buckets in use), capacities that never run dry, 8 and 32 connections,
-# GATEWAY_ROUNDS (3) rounds taken in turn.  Writes bench/gateway.csv and
-# prints the rate of each way and tokenbucket's over Redis's.
+# GATEWAY_ROUNDS (5) rounds taken in turn, each round starting one later
+# in the list of ways.  Writes bench/gateway.csv and prints each way's
+# median rate, and tokenbucket's over Redis's and over the lookup alone as
+# the median of the rounds' ratios (a round's runs follow one another, so
+# the machine's slower and faster spells fall on both sides of a ratio).
 
 GATEWAY_CSV=$TOP/bench/gateway.csv
 : "${GATEWAY_USERS:=10000 100000}"
-: "${GATEWAY_ROUNDS:=3}"
+: "${GATEWAY_ROUNDS:=5}"
 
 gcc -O2 -Wall -Wextra -Werror -o "$TB_TMP/gateway" "$TOP/bench/gateway.c" \
 	-I"$($PG_CONFIG --includedir)" -L"$($PG_CONFIG --libdir)" -lpq -lhiredis -lpthread
@@ -35,7 +38,9 @@ SQL
 		redis.call('HSET', 'user:' .. i, 'tokens', 1e9, 'ts', 0) end return 1" 0 "$users" >/dev/null
 	for ((round = 1; round <= GATEWAY_ROUNDS; round++)); do
 		for c in 8 32; do
-			for mode in lookup tokenbucket redis; do
+			modes=(lookup tokenbucket redis)
+			for ((i = 0; i < ${#modes[@]}; i++)); do
+				mode=${modes[(i + round - 1) % ${#modes[@]}]}
 				line=$("$TB_TMP/gateway" "$mode" "$BENCH_SECONDS" "$c" "$users" \
 					"host=$PGHOST port=$PGPORT dbname=gateway$users user=postgres" "$REDIS_PORT" "$GATEWAY_SHA")
 				IFS=, read -r m t u rps share <<<"$line"
@@ -44,12 +49,19 @@ SQL
 		done
 	done
 done
-# medians of the rounds, and the ratios
+# medians of the rounds, and the medians of the rounds' ratios
 awk -F, "$(cat "$TOP/bench/median.awk")"'
-NR > 1 { k = $1 "," $2 "," $3; n[k]++; v[k, n[k]] = $5; users[$3] = 1 }
+# ratio(a, b, c, u): the median over the rounds of a over b in each round
+function ratio(a, b, c, u,   r, k) {
+	k = a "/" b "," c "," u
+	for (r = 1; (a "," c "," u, r) in rate; r++)
+		if (rate[b "," c "," u, r] > 0) { n[k]++; v[k, n[k]] = rate[a "," c "," u, r] / rate[b "," c "," u, r] }
+	return median(k)
+}
+NR > 1 { k = $1 "," $2 "," $3; n[k]++; v[k, n[k]] = $5; rate[k, $4] = $5; users[$3] = 1 }
 	END {
 		for (u in users) for (c = 8; c <= 32; c *= 4) {
 			l = median("lookup," c "," u); t = median("tokenbucket," c "," u); r = median("redis," c "," u)
-			printf "%d users, %d connections: lookup alone %d/s, lookup + tb_acquire %d/s, lookup + Redis %d/s: tokenbucket %.2fx Redis, %.2fx the lookup alone\n", u, c, l, t, r, t / r, t / l
+			printf "%d users, %d connections: lookup alone %d/s, lookup + tb_acquire %d/s, lookup + Redis %d/s: tokenbucket %.2fx Redis, %.2fx the lookup alone\n", u, c, l, t, r, ratio("tokenbucket", "redis", c, u), ratio("tokenbucket", "lookup", c, u)
 		}
 	}' "$GATEWAY_CSV" | sort -n

@@ -8,7 +8,11 @@
 # buckets, on one named memory bucket (hot), SELECT 1, and the key's name
 # made alone (SELECT 'mk:' || k: the statement without the limit),
 # counters on, 8 and 32 clients, in one run, the five taking turns for
-# KEYS_ROUNDS (3) rounds, medians printed.  Then
+# KEYS_ROUNDS (5) rounds, each round starting one later in the list (so
+# that none always runs first or last).  Printed: the median rates, and
+# each ratio as the median of its rounds' ratios (a round's runs follow
+# one another, so the machine's slower and faster spells, which move a
+# rate by a tenth and more here, fall on both sides of a ratio).  Then
 # the flood: the 10,000 keys' rate at 8 clients alone, and with one more
 # session making FLOOD_RATE (2,000) new keys of another template a second
 # (an attacker's made-up user ids), and with one running SELECT 1 as
@@ -19,7 +23,7 @@
 
 KEYS_CSV=$TOP/bench/keys.csv
 : "${FLOOD_RATE:=2000}"		# new keys a second the flooding session makes
-: "${KEYS_ROUNDS:=3}"
+: "${KEYS_ROUNDS:=5}"
 
 createdb keys
 psql -q -X -d keys -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
@@ -51,12 +55,11 @@ for n in 10000 100000 1000000; do
 	psql -q -X -d keys -c "SELECT count(tb_acquire('mk:' || i)) FROM generate_series($made + 1, $n) AS i" >/dev/null
 	made=$n
 	for c in 8 32; do
+		order=(select1 hot "name$n" named "keys$n")
 		for ((round = 1; round <= KEYS_ROUNDS; round++)); do
-			keys_run select1 $n "$c" $round
-			keys_run hot $n "$c" $round
-			keys_run "name$n" $n "$c" $round
-			keys_run named $n "$c" $round
-			keys_run "keys$n" $n "$c" $round
+			for ((i = 0; i < ${#order[@]}; i++)); do
+				keys_run "${order[(i + round - 1) % ${#order[@]}]}" $n "$c" $round
+			done
 		done
 	done
 done
@@ -86,7 +89,14 @@ for round in 1 2 3; do
 done
 
 awk -F, "$(cat "$TOP/bench/median.awk")"'
-NR > 1 { k = $1 "," $2 "," $3; n[k]++; v[k, n[k]] = $5 }
+# ratio(a, b, live, c): the median over the rounds of a over b in each round
+function ratio(a, b, live, c,   r, k) {
+	k = a "/" b "," live "," c
+	for (r = 1; (a "," live "," c, r) in rate; r++)
+		if (rate[b "," live "," c, r] > 0) { n[k]++; v[k, n[k]] = rate[a "," live "," c, r] / rate[b "," live "," c, r] }
+	return median(k)
+}
+NR > 1 { k = $1 "," $2 "," $3; n[k]++; v[k, n[k]] = $5; rate[k, $4] = $5 }
 	END {
 		for (live = 10000; live <= 1000000; live *= 10)
 			for (c = 8; c <= 32; c *= 4) {
@@ -95,12 +105,15 @@ NR > 1 { k = $1 "," $2 "," $3; n[k]++; v[k, n[k]] = $5 }
 				a = median("name" live "," live "," c)
 				printf "%7d live keys, %2d clients: SELECT 1 %d/s, hot %d/s, name alone %d/s, named %d/s, keys %d/s:" \
 					" hot %.2fx SELECT 1; keys %.2fx named, %.2fx SELECT 1, %.2fx the name alone\n",
-					live, c, s, h, a, nm, k, h / s, k / nm, k / s, k / a
+					live, c, s, h, a, nm, k, ratio("hot", "select1", live, c),
+					ratio("keys" live, "named", live, c), ratio("keys" live, "select1", live, c),
+					ratio("keys" live, "name" live, live, c)
 			}
 		a = median("keys10000,1000000,8"); f = median("keys10000_flooded,1000000,8")
 		printf "flood: 10,000 keys at 8 clients %d/s alone, %d/s beside a session making %d new keys a second: %.2fx\n",
-			a, f, median("flood_new_keys,1000000,1"), f / a
+			a, f, median("flood_new_keys,1000000,1"), ratio("keys10000_flooded", "keys10000", 1000000, 8)
 		b = median("keys10000_beside_select1,1000000,8")
 		printf "       %d/s beside a session running SELECT 1 as often: %.2fx (the flood %.2fx of that)\n",
-			b, b / a, f / b
+			b, ratio("keys10000_beside_select1", "keys10000", 1000000, 8),
+			ratio("keys10000_flooded", "keys10000_beside_select1", 1000000, 8)
 	}' "$KEYS_CSV"
