@@ -12,8 +12,9 @@
  *                "user:<id>" (two round trips, as with any Redis limiter)
  *
  * Requests are counted from WARMUP seconds after the start (new
- * connections prepare their statements and fill their caches first) to
- * the end; prints "MODE,THREADS,USERS,requests_per_s,granted_share".
+ * connections prepare their statements and fill their caches, and their
+ * backends map the pages of shared memory they touch, first) to the end;
+ * prints "MODE,THREADS,USERS,requests_per_s,granted_share".
  *
  *   gateway MODE SECONDS THREADS USERS CONNINFO [REDIS_PORT SCRIPT_SHA]
  */
@@ -26,7 +27,7 @@
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 
-#define WARMUP 2.0
+#define WARMUP 5.0
 
 static const char *mode;
 static double seconds;
