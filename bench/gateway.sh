@@ -51,17 +51,10 @@ SQL
 done
 # medians of the rounds, and the medians of the rounds' ratios
 awk -F, "$(cat "$TOP/bench/median.awk")"'
-# ratio(a, b, c, u): the median over the rounds of a over b in each round
-function ratio(a, b, c, u,   r, k) {
-	k = a "/" b "," c "," u
-	for (r = 1; (a "," c "," u, r) in rate; r++)
-		if (rate[b "," c "," u, r] > 0) { n[k]++; v[k, n[k]] = rate[a "," c "," u, r] / rate[b "," c "," u, r] }
-	return median(k)
-}
 NR > 1 { k = $1 "," $2 "," $3; n[k]++; v[k, n[k]] = $5; rate[k, $4] = $5; users[$3] = 1 }
 	END {
 		for (u in users) for (c = 8; c <= 32; c *= 4) {
 			l = median("lookup," c "," u); t = median("tokenbucket," c "," u); r = median("redis," c "," u)
-			printf "%d users, %d connections: lookup alone %d/s, lookup + tb_acquire %d/s, lookup + Redis %d/s: tokenbucket %.2fx Redis, %.2fx the lookup alone\n", u, c, l, t, r, ratio("tokenbucket", "redis", c, u), ratio("tokenbucket", "lookup", c, u)
+			printf "%d users, %d connections: lookup alone %d/s, lookup + tb_acquire %d/s, lookup + Redis %d/s: tokenbucket %.2fx Redis, %.2fx the lookup alone\n", u, c, l, t, r, ratio("tokenbucket", "redis", c "," u), ratio("tokenbucket", "lookup", c "," u)
 		}
 	}' "$GATEWAY_CSV" | sort -n

@@ -14,10 +14,10 @@
 # shared memory they touch, which on this VM took a million keys' rate from
 # 36,000 to 55,000 a second over its first seconds (a pooled application's
 # backends do that once; SELECT 1 has nothing to map).  Printed: the
-# median rates, and
-# each ratio as the median of its rounds' ratios (a round's runs follow
-# one another, so the machine's slower and faster spells, which move a
-# rate by a tenth and more here, fall on both sides of a ratio).  Then
+# median rates, and each ratio as the median of its rounds' ratios (a
+# round's runs follow one another, so the machine's slower and faster
+# spells, which move a rate by a tenth and more here, fall on both sides
+# of a ratio).  Then
 # the flood: the 10,000 keys' rate at 8 clients alone, and with one more
 # session making FLOOD_RATE (2,000) new keys of another template a second
 # (an attacker's made-up user ids), and with one running SELECT 1 as
@@ -99,13 +99,6 @@ for round in 1 2 3; do
 done
 
 awk -F, "$(cat "$TOP/bench/median.awk")"'
-# ratio(a, b, live, c): the median over the rounds of a over b in each round
-function ratio(a, b, live, c,   r, k) {
-	k = a "/" b "," live "," c
-	for (r = 1; (a "," live "," c, r) in rate; r++)
-		if (rate[b "," live "," c, r] > 0) { n[k]++; v[k, n[k]] = rate[a "," live "," c, r] / rate[b "," live "," c, r] }
-	return median(k)
-}
 NR > 1 { k = $1 "," $2 "," $3; n[k]++; v[k, n[k]] = $5; rate[k, $4] = $5 }
 	END {
 		for (live = 10000; live <= 1000000; live *= 10)
@@ -115,15 +108,15 @@ NR > 1 { k = $1 "," $2 "," $3; n[k]++; v[k, n[k]] = $5; rate[k, $4] = $5 }
 				a = median("name" live "," live "," c)
 				printf "%7d live keys, %2d clients: SELECT 1 %d/s, hot %d/s, name alone %d/s, named %d/s, keys %d/s:" \
 					" hot %.2fx SELECT 1; keys %.2fx named, %.2fx SELECT 1, %.2fx the name alone\n",
-					live, c, s, h, a, nm, k, ratio("hot", "select1", live, c),
-					ratio("keys" live, "named", live, c), ratio("keys" live, "select1", live, c),
-					ratio("keys" live, "name" live, live, c)
+					live, c, s, h, a, nm, k, ratio("hot", "select1", live "," c),
+					ratio("keys" live, "named", live "," c), ratio("keys" live, "select1", live "," c),
+					ratio("keys" live, "name" live, live "," c)
 			}
 		a = median("keys10000,1000000,8"); f = median("keys10000_flooded,1000000,8")
 		printf "flood: 10,000 keys at 8 clients %d/s alone, %d/s beside a session making %d new keys a second: %.2fx\n",
-			a, f, median("flood_new_keys,1000000,1"), ratio("keys10000_flooded", "keys10000", 1000000, 8)
+			a, f, median("flood_new_keys,1000000,1"), ratio("keys10000_flooded", "keys10000", "1000000,8")
 		b = median("keys10000_beside_select1,1000000,8")
 		printf "       %d/s beside a session running SELECT 1 as often: %.2fx (the flood %.2fx of that)\n",
-			b, ratio("keys10000_beside_select1", "keys10000", 1000000, 8),
-			ratio("keys10000_flooded", "keys10000_beside_select1", 1000000, 8)
+			b, ratio("keys10000_beside_select1", "keys10000", "1000000,8"),
+			ratio("keys10000_flooded", "keys10000_beside_select1", "1000000,8")
 	}' "$KEYS_CSV"
