@@ -6,7 +6,11 @@
 # times, and the difference / 1,000 is one call.  For SELECT 1, a named
 # memory bucket, a memory template's key (the same one, a random one of
 # 1,000, and a new one each call), and a table bucket, on two
-# revisions (OTHER defaults to the working tree).  Not a test.
+# revisions (OTHER defaults to the working tree).  Then the last-level
+# cache misses of a call on a random one of 1,000,000 keys, by callgrind's
+# cache model (a 4 MB last-level cache, a busy machine's share of one):
+# what a change to the memory store's layout or lookup moves, which a rate
+# on a shared machine cannot show.  Not a test.
 
 source "$(dirname "$0")/../scripts/common.sh"
 
@@ -34,8 +38,8 @@ use() {	# a new file renamed over the old: a mapped library is never written to
 	mv -f "$LIBDIR/tokenbucket.so.new" "$LIBDIR/tokenbucket.so"
 }
 
-single() {	# statements on stdin, to a single-user backend of $WORK/data
-	"${RUNAS[@]}" "$PGBIN/postgres" --single -D "$WORK/data" postgres >/dev/null 2>&1
+single() {	# [DATADIR]: statements on stdin, to a single-user backend of $WORK/data
+	"${RUNAS[@]}" "$PGBIN/postgres" --single -D "${1:-$WORK/data}" postgres >/dev/null 2>&1
 }
 
 say "a data directory with a named memory bucket, a memory template's key and a table bucket"
@@ -80,3 +84,55 @@ for stmt in "SELECT 1" "SELECT tb_acquire('m')" "SELECT tb_acquire('u:1')" \
 	awk -v s="$stmt" -v a="${per[base]}" -v b="${per[other]}" \
 		'BEGIN { printf "%-58s %12d %12d %8.3f\n", s, a, b, b / a }'
 done
+
+# Cache misses: each revision makes its million keys natively in a data
+# directory of its own (saved at shutdown, loaded at each start); callgrind
+# counts from a file the backend writes once they are loaded to one it
+# writes after the calls (callgrind_control switches counting on, then
+# dumps), for 200 and then 1,200 calls.
+MISS_KEYS=1000000
+misses() {	# DATADIR COUNT: last-level misses (reads and writes) of COUNT calls
+	{
+		echo "COPY (SELECT 1) TO '$WORK/ready';"
+		echo "SELECT pg_sleep(3);"
+		echo "PREPARE p AS SELECT tb_acquire('k:' || (1 + floor(random() * $MISS_KEYS))::int);"
+		for ((i = 0; i < $2; i++)); do echo "EXECUTE p;"; done
+		echo "COPY (SELECT 1) TO '$WORK/done';"
+		echo "SELECT pg_sleep(3);"
+	} >"$WORK/in.sql"
+	rm -f "$WORK/ready" "$WORK/done" "$WORK"/cg.out*
+	"${RUNAS[@]}" valgrind --tool=callgrind --cache-sim=yes --LL=4194304,16,64 --instr-atstart=no \
+		--callgrind-out-file="$WORK/cg.out" "$PGBIN/postgres" --single -D "$1" postgres \
+		<"$WORK/in.sql" >/dev/null 2>&1 &
+	local pid=$! backend
+	while [ ! -e "$WORK/ready" ] && kill -0 $pid 2>/dev/null; do sleep 0.2; done
+	backend=$(pgrep -f -- "callgrind-out-file=$WORK/cg.out" | tail -1)
+	"${RUNAS[@]}" callgrind_control -i on "$backend" >/dev/null 2>&1
+	while [ ! -e "$WORK/done" ] && kill -0 $pid 2>/dev/null; do sleep 0.2; done
+	"${RUNAS[@]}" callgrind_control -d "$backend" >/dev/null 2>&1
+	wait $pid
+	# events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw
+	awk '$1 == "summary:" { print $8 + $9 + $10 }' "$WORK/cg.out.1"
+}
+declare -A missed=()
+for build in base other; do
+	say "$build: $MISS_KEYS keys of a memory template, made natively"
+	"${RUNAS[@]}" "$PGBIN/initdb" -D "$WORK/big-$build" -A trust --no-sync >/dev/null
+	cat >>"$WORK/big-$build/postgresql.conf" <<'CONF'
+shared_preload_libraries = 'tokenbucket'
+tokenbucket.max_memory_buckets = 1200000
+tokenbucket.max_template_keys = 1050000
+CONF
+	use "$build"
+	single "$WORK/big-$build" <<SQL
+CREATE EXTENSION tokenbucket;
+SELECT tb_create('k:*', 1e9, 1e9, memory => true);
+SELECT count(tb_acquire('k:' || i)) FROM generate_series(1, $MISS_KEYS) AS i;
+SQL
+	a=$(misses "$WORK/big-$build" 200)
+	b=$(misses "$WORK/big-$build" 1200)
+	missed[$build]=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (b - a) / 1000 }')
+done
+printf '\n%-58s %12s %12s %8s\n' "last-level cache misses per call (4 MB cache)" base other ratio
+awk -v a="${missed[base]}" -v b="${missed[other]}" -v s="SELECT tb_acquire('k:' || <random of $MISS_KEYS>)" \
+	'BEGIN { printf "%-58s %12.2f %12.2f %8.3f\n", s, a, b, b / a }'
