@@ -106,6 +106,23 @@ memory_key(MemoryKey *key, Oid relid, const char *name, int len, bool provisiona
 	key->provisional = provisional;
 }
 
+/*
+ * Copy "src", an entry's key, to "dst" (zeroed past the name, as
+ * memory_key() makes keys), reading only the name's bytes: the rest of a
+ * short name's key lies on a cache line of the entry that a call on it
+ * otherwise never touches.
+ */
+void
+memory_key_copy(MemoryKey *dst, const MemoryKey *src)
+{
+	memset(dst, 0, sizeof(MemoryKey));
+	dst->name.dbid = src->name.dbid;
+	dst->name.relid = src->name.relid;
+	dst->name.len = src->name.len;
+	memcpy(dst->name.name, src->name.name, Min(src->name.len, SHARED_NAME_MAX_BYTES));
+	dst->provisional = src->provisional;
+}
+
 /* memory_key() for a text name; false if too long to be a memory bucket's. */
 bool
 memory_key_text(MemoryKey *key, Oid relid, text *name, bool provisional)

@@ -128,6 +128,7 @@ extern bool memory_usable(void);
 extern Bucket memory_absent_state(const Bucket *settings, TimestampTz now);
 extern void memory_key(MemoryKey *key, Oid relid, const char *name, int len,
 					   bool provisional);
+extern void memory_key_copy(MemoryKey *dst, const MemoryKey *src);
 extern bool memory_key_text(MemoryKey *key, Oid relid, text *name,
 							bool provisional);
 extern uint32 memory_hashcode(const MemoryKey *key);

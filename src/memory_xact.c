@@ -193,7 +193,7 @@ memory_undo_for(MemoryEntry *entry)
 	undo = hash_search(undos, &id, HASH_ENTER, &found);
 	if (!found)
 	{
-		undo->key = entry->key;
+		memory_key_copy(&undo->key, &entry->key);
 		undo->hashcode = entry->hashcode;
 		undo_clear(undo);
 		undo_register(undo);
