@@ -42,9 +42,18 @@ single() {	# [DATADIR]: statements on stdin, to a single-user backend of $WORK/d
 	"${RUNAS[@]}" "$PGBIN/postgres" --single -D "${1:-$WORK/data}" postgres >/dev/null 2>&1
 }
 
+datadir() {	# DATADIR: a new data directory preloading the library; settings on stdin
+	"${RUNAS[@]}" "$PGBIN/initdb" -D "$1" -A trust --no-sync >/dev/null
+	{ echo "shared_preload_libraries = 'tokenbucket'"; cat; } >>"$1/postgresql.conf"
+}
+
+executes() {	# STATEMENT COUNT: prepare STATEMENT, then execute it COUNT times
+	echo "PREPARE p AS $1;"
+	for ((i = 0; i < $2; i++)); do echo "EXECUTE p;"; done
+}
+
 say "a data directory with a named memory bucket, a memory template's key and a table bucket"
-"${RUNAS[@]}" "$PGBIN/initdb" -D "$WORK/data" -A trust --no-sync >/dev/null
-echo "shared_preload_libraries = 'tokenbucket'" >>"$WORK/data/postgresql.conf"
+datadir "$WORK/data" </dev/null
 use other
 single <<'SQL'
 CREATE EXTENSION tokenbucket;
@@ -56,8 +65,7 @@ instructions() {	# STATEMENT COUNT: callgrind's total for the whole backend
 	{
 		# the new keys' template made again: each run starts with none
 		echo "SELECT tb_drop('n:*'), tb_create('n:*', 1e9, 1e9, memory => true);"
-		echo "PREPARE p AS $1;"
-		for ((i = 0; i < $2; i++)); do echo "EXECUTE p;"; done
+		executes "$1" "$2"
 	} >"$WORK/in.sql"
 	"${RUNAS[@]}" valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" \
 		"$PGBIN/postgres" --single -D "$WORK/data" postgres <"$WORK/in.sql" >/dev/null 2>&1
@@ -95,8 +103,7 @@ misses() {	# DATADIR COUNT: last-level misses (reads and writes) of COUNT calls
 	{
 		echo "COPY (SELECT 1) TO '$WORK/ready';"
 		echo "SELECT pg_sleep(3);"
-		echo "PREPARE p AS SELECT tb_acquire('k:' || (1 + floor(random() * $MISS_KEYS))::int);"
-		for ((i = 0; i < $2; i++)); do echo "EXECUTE p;"; done
+		executes "SELECT tb_acquire('k:' || (1 + floor(random() * $MISS_KEYS))::int)" "$2"
 		echo "COPY (SELECT 1) TO '$WORK/done';"
 		echo "SELECT pg_sleep(3);"
 	} >"$WORK/in.sql"
@@ -117,9 +124,7 @@ misses() {	# DATADIR COUNT: last-level misses (reads and writes) of COUNT calls
 declare -A missed=()
 for build in base other; do
 	say "$build: $MISS_KEYS keys of a memory template, made natively"
-	"${RUNAS[@]}" "$PGBIN/initdb" -D "$WORK/big-$build" -A trust --no-sync >/dev/null
-	cat >>"$WORK/big-$build/postgresql.conf" <<'CONF'
-shared_preload_libraries = 'tokenbucket'
+	datadir "$WORK/big-$build" <<'CONF'
 tokenbucket.max_memory_buckets = 1200000
 tokenbucket.max_template_keys = 1050000
 CONF
