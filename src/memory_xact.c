@@ -77,7 +77,9 @@ static Undo *last_undo = NULL;	/* the record used last: the same bucket
 								 * 1, emptied) for the next transaction,
 								 * which often takes from it again */
 static uint64 undo_xact = 1;	/* this backend's transactions, counted */
-static List **undo_levels = NULL;	/* Undo * per nest level */
+static List **undo_levels = NULL;	/* Undo * per nest level (the array in
+									 * undo_context, kept; the lists in
+									 * xact_context) */
 static int	max_undo_level = 0;
 static List *pendings = NIL;
 static List *provisionals = NIL;
@@ -137,14 +139,14 @@ static void
 undo_register(Undo *undo)
 {
 	int			level = undo->id.level;
-	MemoryContext old = MemoryContextSwitchTo(xact_memory());
+	MemoryContext old;
 
 	if (level >= max_undo_level)
 	{
 		int			n = Max(8, level * 2);
 
 		if (undo_levels == NULL)
-			undo_levels = palloc0(sizeof(List *) * n);
+			undo_levels = MemoryContextAllocZero(undo_context, sizeof(List *) * n);
 		else
 		{
 			undo_levels = repalloc(undo_levels, sizeof(List *) * n);
@@ -153,6 +155,7 @@ undo_register(Undo *undo)
 		}
 		max_undo_level = n;
 	}
+	old = MemoryContextSwitchTo(xact_memory());
 	undo_levels[level] = lappend(undo_levels[level], undo);
 	undo->xact = undo_xact;
 	MemoryContextSwitchTo(old);
@@ -190,7 +193,19 @@ memory_undo_for(MemoryEntry *entry)
 		undos = hash_create("tokenbucket undo", UNDOS_KEPT, &info,
 							HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
-	undo = hash_search(undos, &id, HASH_ENTER, &found);
+	if (undo_kept(last_undo) && hash_get_num_entries(undos) == 1)
+	{
+		/*
+		 * the transaction's first record: the one kept from an earlier
+		 * transaction, alone in the hash, becomes it (one hash operation,
+		 * where removing it and entering a new one take two)
+		 */
+		undo = last_undo;
+		found = !hash_update_hash_key(undos, undo, &id);
+		Assert(!found);
+	}
+	else
+		undo = hash_search(undos, &id, HASH_ENTER, &found);
 	if (!found)
 	{
 		memory_key_copy(&undo->key, &entry->key);
@@ -640,8 +655,8 @@ reset_transaction(void)
 		}
 	}
 	undo_xact++;
-	undo_levels = NULL;
-	max_undo_level = 0;
+	if (undo_levels != NULL)
+		memset(undo_levels, 0, sizeof(List *) * max_undo_level);
 	pendings = NIL;
 	provisionals = NIL;
 	watched = NIL;

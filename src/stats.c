@@ -123,6 +123,10 @@ typedef struct Pending
 								 * counted the key's) */
 	int			template_len;	/* its template's name's length, 0: none */
 	SharedKey	template;		/* and its key */
+	uint32		hashcode;		/* the shared hash's, of id.key */
+	uint32		template_hashcode;	/* and of template: kept with the
+									 * pending, a kept one's flush hashes
+									 * nothing */
 	StatsSink	sink;			/* where its own counts go; NULL: here */
 	uint64		xact;			/* the transaction it counts in (xact_seq) */
 	TimestampTz at;
@@ -394,14 +398,14 @@ evict_one(bool named)
 }
 
 /*
- * Add "delta" to the entry of "key", made (counting from "since") if it
- * has none; false when there is no room for it even after the clock.
+ * Add "delta" to the entry of "key" (whose hash is "hashcode"), made
+ * (counting from "since") if it has none; false when there is no room for
+ * it even after the clock.
  */
 static bool
-count_in(const SharedKey *key, StatsKind kind, int template_len,
-		 const StatsCounters *delta, TimestampTz since)
+count_in_hashed(const SharedKey *key, uint32 hashcode, StatsKind kind, int template_len,
+				const StatsCounters *delta, TimestampTz since)
 {
-	uint32		hashcode = get_hash_value(hash, key);
 	LWLock	   *lock = partition_lock(hashcode);
 	StatsEntry *entry;
 	bool		found;
@@ -451,6 +455,15 @@ count_in(const SharedKey *key, StatsKind kind, int template_len,
 			return false;
 	}
 	return false;
+}
+
+/* count_in_hashed() for a key whose hash the caller has not kept. */
+static bool
+count_in(const SharedKey *key, StatsKind kind, int template_len,
+		 const StatsCounters *delta, TimestampTz since)
+{
+	return count_in_hashed(key, get_hash_value(hash, key), kind, template_len,
+						   delta, since);
 }
 
 /*
@@ -527,7 +540,10 @@ pending_template(Pending *pending, Oid relid, text *name, int template_len,
 		template_len = known_template(&pending->id.key);
 	pending->template_len = template_len >= 0 ? template_len : template_of(arg);
 	if (pending->template_len > 0)
+	{
 		template_key(&pending->template, relid, VARDATA_ANY(name), pending->template_len);
+		pending->template_hashcode = get_hash_value(hash, &pending->template);
+	}
 }
 
 /* Where pending_of() found a pending count. */
@@ -578,6 +594,7 @@ pending_of(PendingId *id, PendingFound *how)
 	if (!found)
 	{
 		deepest = Max(deepest, id->level);
+		pending->hashcode = get_hash_value(hash, &pending->id.key);
 		pending->xact = xact_seq;
 		pending->is_template = false;
 		pending->template_len = 0;
@@ -697,14 +714,15 @@ flush_one(const Pending *pending)
 	const SharedKey *key = &pending->id.key;
 
 	if (pending->template_len > 0)
-		(void) count_in(&pending->template, STATS_TEMPLATE, 0, &pending->counters,
-						pending->at);
+		(void) count_in_hashed(&pending->template, pending->template_hashcode,
+							   STATS_TEMPLATE, 0, &pending->counters, pending->at);
 	if (pending->sink != NULL)
 		pending->sink(key, &pending->counters, pending->at);
 	else
-		(void) count_in(key, pending->is_template ? STATS_TEMPLATE :
-						pending->template_len > 0 ? STATS_KEY : STATS_NAMED,
-						pending->template_len, &pending->counters, pending->at);
+		(void) count_in_hashed(key, pending->hashcode,
+							   pending->is_template ? STATS_TEMPLATE :
+							   pending->template_len > 0 ? STATS_KEY : STATS_NAMED,
+							   pending->template_len, &pending->counters, pending->at);
 }
 
 /* Add every pending count to shared memory ("abort": only what stays). */
