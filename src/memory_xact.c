@@ -80,7 +80,8 @@ static uint64 undo_xact = 1;	/* this backend's transactions, counted */
 static List **undo_levels = NULL;	/* Undo * per nest level (the array in
 									 * undo_context, kept; the lists in
 									 * xact_context) */
-static int	max_undo_level = 0;
+static int	max_undo_level = 0;	/* the array's length */
+static int	undo_top = 0;		/* levels with a record: 0 .. undo_top - 1 */
 static List *pendings = NIL;
 static List *provisionals = NIL;
 static List *watched = NIL;
@@ -155,6 +156,7 @@ undo_register(Undo *undo)
 		}
 		max_undo_level = n;
 	}
+	undo_top = Max(undo_top, level + 1);
 	old = MemoryContextSwitchTo(xact_memory());
 	undo_levels[level] = lappend(undo_levels[level], undo);
 	undo->xact = undo_xact;
@@ -304,7 +306,7 @@ undo_level_end(int level, bool abort)
 	TimestampTz now = GetCurrentTimestamp();
 	ListCell   *lc;
 
-	if (undos == NULL || level >= max_undo_level)
+	if (undos == NULL || level >= undo_top)
 		return;
 	set_last_undo(NULL);
 	foreach(lc, undo_levels[level])
@@ -637,7 +639,7 @@ reset_transaction(void)
 		 * transaction made, where a walk of the hash costs its buckets
 		 */
 		set_last_undo(keep ? last_undo : NULL);
-		for (int level = 0; level < max_undo_level; level++)
+		for (int level = 0; level < undo_top; level++)
 		{
 			ListCell   *lc;
 
@@ -655,8 +657,9 @@ reset_transaction(void)
 		}
 	}
 	undo_xact++;
-	if (undo_levels != NULL)
-		memset(undo_levels, 0, sizeof(List *) * max_undo_level);
+	if (undo_top > 0)
+		memset(undo_levels, 0, sizeof(List *) * undo_top);
+	undo_top = 0;
 	pendings = NIL;
 	provisionals = NIL;
 	watched = NIL;
@@ -669,9 +672,10 @@ reset_transaction(void)
 static void
 undo_all(bool give_back)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	/* only giving back refills to the moment */
+	TimestampTz now = give_back ? GetCurrentTimestamp() : 0;
 
-	for (int level = max_undo_level - 1; level >= 0; level--)
+	for (int level = undo_top - 1; level >= 0; level--)
 	{
 		ListCell   *lc;
 
