@@ -303,6 +303,17 @@ lease_init(void)
 	lease_memory_init();
 }
 
+/*
+ * An installation (or a database: "relid" InvalidOid) is being dropped:
+ * its memory leases go when the dropping transaction commits (its table
+ * limits' leases are rows of its tables, and go with them).
+ */
+void
+lease_forget_installation(Oid dbid, Oid relid)
+{
+	lease_memory_forget(dbid, relid, NULL);
+}
+
 /* Register the callbacks above, once per backend. */
 static void
 register_callbacks(void)

@@ -33,6 +33,7 @@ typedef struct LeaseRequest
 } LeaseRequest;
 
 extern void lease_init(void);
+extern void lease_forget_installation(Oid dbid, Oid relid);
 extern bool lease_with(FunctionCallInfo fcinfo, const LeaseRequest *request,
 					   bool wait, TimestampTz deadline, int64 *lease);
 extern bool lease_drop_limit(FunctionCallInfo fcinfo, text *name);

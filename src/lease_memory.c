@@ -139,7 +139,6 @@ static bool callbacks_registered = false;
 static bool leased_here = false;	/* this session took a memory lease */
 static bool config_changed_here = false;	/* this transaction wrote
 											 * tb_limits */
-static object_access_hook_type prev_object_access_hook = NULL;
 
 /* The record of lease "id", or -1 when it cannot be one. */
 static int
@@ -967,23 +966,6 @@ tb_memory_leases(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/*
- * object_access_hook: an installation or a database dropped takes its
- * memory leases with it, when the dropping transaction commits.
- */
-static void
-object_dropped(ObjectAccessType access, Oid classId, Oid objectId, int subId,
-			   void *arg)
-{
-	Oid			dbid;
-	Oid			relid;
-
-	if (prev_object_access_hook)
-		prev_object_access_hook(access, classId, objectId, subId, arg);
-	if (installation_dropped(access, classId, objectId, subId, &dbid, &relid))
-		lease_memory_forget(dbid, relid, NULL);
-}
-
 /* Library load: the setting and the shared memory, when preloading. */
 void
 lease_memory_init(void)
@@ -998,6 +980,4 @@ lease_memory_init(void)
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 	shmem_register(&lease_area);
-	prev_object_access_hook = object_access_hook;
-	object_access_hook = object_dropped;
 }

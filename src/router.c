@@ -30,7 +30,6 @@
 
 #include "access/htup_details.h"
 #include "catalog.h"
-#include "catalog/objectaccess.h"
 #include "commands/trigger.h"
 #include "common.h"
 #include "common/hashfn.h"
@@ -46,24 +45,15 @@
 static const StoreRoutine *const stores[] = {&memory_store, &table_store};
 #define NUM_STORES ((int) lengthof(stores))
 
-static object_access_hook_type prev_object_access_hook = NULL;
-
 /*
- * object_access_hook: when a tb_buckets table (DROP EXTENSION, DROP
- * SCHEMA) or a database is dropped, every store and the counters forget
- * what they keep of it, when the dropping transaction commits.
+ * An installation's tb_buckets table (DROP EXTENSION, DROP SCHEMA) or a
+ * database ("relid" InvalidOid) is being dropped: every store and the
+ * counters forget what they keep of it, when the dropping transaction
+ * commits.
  */
-static void
-object_dropped(ObjectAccessType access, Oid classId, Oid objectId, int subId,
-			   void *arg)
+void
+router_forget_installation(Oid dbid, Oid relid)
 {
-	Oid			dbid;
-	Oid			relid;
-
-	if (prev_object_access_hook)
-		prev_object_access_hook(access, classId, objectId, subId, arg);
-	if (!installation_dropped(access, classId, objectId, subId, &dbid, &relid))
-		return;
 	for (int i = 0; i < NUM_STORES; i++)
 		stores[i]->forget(dbid, relid);
 	stats_forget(dbid, relid);
@@ -84,8 +74,6 @@ router_init(void)
 	for (int i = 0; i < NUM_STORES; i++)
 		if (stores[i]->init != NULL)
 			stores[i]->init();
-	prev_object_access_hook = object_access_hook;
-	object_access_hook = object_dropped;
 }
 
 /*

@@ -19,6 +19,7 @@
 #include "store.h"
 
 extern void router_init(void);
+extern void router_forget_installation(Oid dbid, Oid relid);
 
 extern bool router_take(FunctionCallInfo fcinfo, Request *requests,
 						int nrequests, TimestampTz now);

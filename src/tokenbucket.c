@@ -19,6 +19,7 @@
 #include <math.h>
 
 #include "access/htup_details.h"
+#include "catalog/objectaccess.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -46,15 +47,54 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
+static object_access_hook_type prev_object_access_hook = NULL;
+
+/*
+ * object_access_hook for a DROP: the hook before sees it first; then, if
+ * it is an installation's table or a database, what the stores, the
+ * counters and the memory leases keep of it goes when the dropping
+ * transaction commits.
+ */
+static pg_noinline void
+object_dropped(Oid classId, Oid objectId, int subId, void *arg)
+{
+	Oid			dbid;
+	Oid			relid;
+
+	if (prev_object_access_hook)
+		prev_object_access_hook(OAT_DROP, classId, objectId, subId, arg);
+	if (!installation_dropped(OAT_DROP, classId, objectId, subId, &dbid, &relid))
+		return;
+	router_forget_installation(dbid, relid);
+	lease_forget_installation(dbid, relid);
+}
+
+/*
+ * object_access_hook.  The server calls it for every function a statement
+ * runs, in every database: anything but a DROP goes straight on to the
+ * hook before (both branches are tail calls, with nothing to keep).
+ */
+static void
+object_accessed(ObjectAccessType access, Oid classId, Oid objectId, int subId,
+				void *arg)
+{
+	if (access == OAT_DROP)
+		object_dropped(classId, objectId, subId, arg);
+	else if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+}
+
 /*
  * Module load: counters, memory buckets and memory limits, when the
- * library is preloaded.
+ * library is preloaded; the hook that forgets a dropped installation's.
  */
 void
 _PG_init(void)
 {
 	router_init();
 	lease_init();
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = object_accessed;
 	/* every setting is defined: any other tokenbucket.* is a typo */
 	if (process_shared_preload_libraries_in_progress)
 		MarkGUCPrefixReserved("tokenbucket");
