@@ -123,10 +123,11 @@ typedef struct Pending
 								 * counted the key's) */
 	int			template_len;	/* its template's name's length, 0: none */
 	SharedKey	template;		/* and its key */
-	uint32		hashcode;		/* the shared hash's, of id.key */
-	uint32		template_hashcode;	/* and of template: kept with the
-									 * pending, a kept one's flush hashes
-									 * nothing */
+	bool		hashed;			/* hashcode is known */
+	uint32		hashcode;		/* the shared hash's, of id.key (at the first
+								 * flush into the hash, kept after) */
+	uint32		template_hashcode;	/* and of template: a kept pending's
+									 * flush hashes nothing */
 	StatsSink	sink;			/* where its own counts go; NULL: here */
 	uint64		xact;			/* the transaction it counts in (xact_seq) */
 	TimestampTz at;
@@ -594,7 +595,7 @@ pending_of(PendingId *id, PendingFound *how)
 	if (!found)
 	{
 		deepest = Max(deepest, id->level);
-		pending->hashcode = get_hash_value(hash, &pending->id.key);
+		pending->hashed = false;
 		pending->xact = xact_seq;
 		pending->is_template = false;
 		pending->template_len = 0;
@@ -709,7 +710,7 @@ stats_count_now(Oid relid, const char *name, int len, int template_len,
  * own (here, or its sink).
  */
 static void
-flush_one(const Pending *pending)
+flush_one(Pending *pending)
 {
 	const SharedKey *key = &pending->id.key;
 
@@ -719,10 +720,17 @@ flush_one(const Pending *pending)
 	if (pending->sink != NULL)
 		pending->sink(key, &pending->counters, pending->at);
 	else
+	{
+		if (!pending->hashed)
+		{
+			pending->hashcode = get_hash_value(hash, key);
+			pending->hashed = true;
+		}
 		(void) count_in_hashed(key, pending->hashcode,
 							   pending->is_template ? STATS_TEMPLATE :
 							   pending->template_len > 0 ? STATS_KEY : STATS_NAMED,
 							   pending->template_len, &pending->counters, pending->at);
+	}
 }
 
 /* Add every pending count to shared memory ("abort": only what stays). */
