@@ -22,10 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
+
+#include "clock.h"
 
 #define WARMUP 5.0
 
@@ -45,16 +46,6 @@ typedef struct Worker
 	long		granted;
 	const char *error;
 } Worker;
-
-/* Seconds on the monotonic clock. */
-static double
-now_seconds(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* One thread: connect, prepare, then requests until the end of the window. */
 static void *

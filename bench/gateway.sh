@@ -14,6 +14,11 @@
 # median rate, and tokenbucket's over Redis's and over the lookup alone as
 # the median of the rounds' ratios (a round's runs follow one another, so
 # the machine's slower and faster spells fall on both sides of a ratio).
+# Then, for each number of users, the lookup and the request with the
+# limit in turns of 200 ms on one set of connections (bench/alternate.c,
+# as bench/keys.sh does), with the lookup twice, the second a control:
+# GATEWAY_ROUNDS runs of 5 s and then 3 x BENCH_SECONDS s counted, at 8
+# and 32 connections; bench/gateway_turns.csv.
 
 GATEWAY_CSV=$TOP/bench/gateway.csv
 : "${GATEWAY_USERS:=10000 100000}"
@@ -21,6 +26,11 @@ GATEWAY_CSV=$TOP/bench/gateway.csv
 
 gcc -O2 -Wall -Wextra -Werror -o "$TB_TMP/gateway" "$TOP/bench/gateway.c" \
 	-I"$($PG_CONFIG --includedir)" -L"$($PG_CONFIG --libdir)" -lpq -lhiredis -lpthread
+gcc -O2 -Wall -Wextra -Werror -o "$TB_TMP/alternate" "$TOP/bench/alternate.c" \
+	-I"$($PG_CONFIG --includedir)" -L"$($PG_CONFIG --libdir)" -lpq -lpthread
+GATEWAY_TURNS_CSV=$TOP/bench/gateway_turns.csv
+echo "mode,connections,users,round,requests_per_s" >"$GATEWAY_TURNS_CSV"
+GATEWAY_MODES=(lookup tokenbucket lookup_again)
 GATEWAY_SHA=$(redis-cli -p "$REDIS_PORT" SCRIPT LOAD "$(cat "$TOP/bench/token_bucket.lua")")
 
 echo "mode,connections,users,round,requests_per_s,granted_share" >"$GATEWAY_CSV"
@@ -48,6 +58,18 @@ SQL
 			done
 		done
 	done
+	for c in 8 32; do
+		for ((round = 1; round <= GATEWAY_ROUNDS; round++)); do
+			"$TB_TMP/alternate" "$((3 * BENCH_SECONDS))" 5 "$c" "$users" key%d \
+				"host=$PGHOST port=$PGPORT dbname=gateway$users user=postgres" \
+				'SELECT k.user_id FROM api_keys k WHERE k.key = $1' \
+				"SELECT k.user_id, tb_acquire('user:' || k.user_id) FROM api_keys k WHERE k.key = \$1" \
+				'SELECT k.user_id FROM api_keys k WHERE k.key = $1' |
+				while IFS=, read -r i rate; do
+					echo "${GATEWAY_MODES[i]},$c,$users,$round,$rate" | tee -a "$GATEWAY_TURNS_CSV"
+				done
+		done
+	done
 done
 # medians of the rounds, and the medians of the rounds' ratios
 awk -F, "$(cat "$TOP/bench/median.awk")"'
@@ -58,3 +80,12 @@ NR > 1 { k = $1 "," $2 "," $3; n[k]++; v[k, n[k]] = $5; rate[k, $4] = $5; users[
 			printf "%d users, %d connections: lookup alone %d/s, lookup + tb_acquire %d/s, lookup + Redis %d/s: tokenbucket %.2fx Redis, %.2fx the lookup alone\n", u, c, l, t, r, ratio("tokenbucket", "redis", c "," u), ratio("tokenbucket", "lookup", c "," u)
 		}
 	}' "$GATEWAY_CSV" | sort -n
+echo "in turns (the lookup and the request with the limit taking 200 ms turns on one set of connections):"
+awk -F, "$(cat "$TOP/bench/median.awk")"'
+NR > 1 { k = $1 "," $2 "," $3; n[k]++; v[k, n[k]] = $5; rate[k, $4] = $5; users[$3] = 1 }
+	END {
+		for (u in users) for (c = 8; c <= 32; c *= 4)
+			printf "%d users, %d connections: lookup alone %d/s, lookup + tb_acquire %d/s: %.2fx the lookup alone; control %.2f\n",
+				u, c, median("lookup," c "," u), median("tokenbucket," c "," u),
+				ratio("tokenbucket", "lookup", c "," u), ratio("lookup_again", "lookup", c "," u)
+	}' "$GATEWAY_TURNS_CSV" | sort -n

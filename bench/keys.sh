@@ -25,8 +25,20 @@
 # one flooding session takes a whole core of a 2-core machine, CPU that
 # the others then do not have, whatever the locks.)  Writes
 # bench/keys.csv and prints the ratios.
+#
+# The same five statements are then measured in turns (bench/alternate.c):
+# on one set of connections, each statement runs alone for 200 ms, then
+# the next, round and round, so that the machine's spells, which last
+# seconds, fall on all five alike; SELECT 1 takes two of the turns, the
+# second a control (its rate against the first's says how far two runs of
+# one statement in turns can differ).  KEYS_ROUNDS runs of KEYS_WARMUP s
+# and then 6 x BENCH_SECONDS s counted (each statement BENCH_SECONDS, as
+# in a run of its own), for each number of keys and of clients, right
+# after that number's pgbench runs.  Writes bench/keys_turns.csv and
+# prints its ratios as above.
 
 KEYS_CSV=$TOP/bench/keys.csv
+TURNS_CSV=$TOP/bench/keys_turns.csv
 : "${FLOOD_RATE:=2000}"		# new keys a second the flooding session makes
 : "${KEYS_ROUNDS:=3}"
 : "${KEYS_WARMUP:=5}"		# seconds of each run not counted
@@ -60,7 +72,23 @@ keys_run() {	# keys_run WORKLOAD LIVE CLIENTS [ROUND]: one pgbench run, a CSV li
 	printf '%s,%s,%s,%s,%.0f\n' "$1" "$2" "$3" "${4:-1}" "${tps:-0}" | tee -a "$KEYS_CSV"
 }
 
+# turns LIVE CLIENTS ROUND: the five statements (and the control) in turns
+TURNS=(select1 hot "name" named keys select1_again)
+turns() {
+	local i=0 line
+	"$TB_TMP/alternate" "$((6 * BENCH_SECONDS))" "$KEYS_WARMUP" "$2" "$1" %d \
+		"host=$PGHOST port=$PGPORT dbname=keys user=postgres" \
+		"SELECT 1" "SELECT tb_acquire('nm1')" "SELECT 'mk:' || \$1" \
+		"10000|SELECT tb_acquire('nm' || \$1)" "SELECT tb_acquire('mk:' || \$1)" "SELECT 1" |
+		while IFS=, read -r i rate; do
+			printf '%s,%s,%s,%s,%s\n' "${TURNS[i]}" "$1" "$2" "$3" "$rate" | tee -a "$TURNS_CSV"
+		done
+}
+gcc -O2 -Wall -Wextra -Werror -o "$TB_TMP/alternate" "$TOP/bench/alternate.c" \
+	-I"$($PG_CONFIG --includedir)" -L"$($PG_CONFIG --libdir)" -lpq -lpthread
+
 echo "workload,live_keys,clients,round,tps" >"$KEYS_CSV"
+echo "workload,live_keys,clients,round,tps" >"$TURNS_CSV"
 made=0
 for n in 10000 100000 1000000; do
 	psql -q -X -d keys -c "SELECT count(tb_acquire('mk:' || i)) FROM generate_series($made + 1, $n) AS i" >/dev/null
@@ -71,6 +99,11 @@ for n in 10000 100000 1000000; do
 			for ((i = 0; i < ${#order[@]}; i++)); do
 				keys_run "${order[(i + round - 1) % ${#order[@]}]}" $n "$c" $round
 			done
+		done
+	done
+	for c in 8 32; do
+		for ((round = 1; round <= KEYS_ROUNDS; round++)); do
+			turns $n "$c" $round
 		done
 	done
 done
@@ -120,3 +153,18 @@ NR > 1 { k = $1 "," $2 "," $3; n[k]++; v[k, n[k]] = $5; rate[k, $4] = $5 }
 			b, ratio("keys10000_beside_select1", "keys10000", "1000000,8"),
 			ratio("keys10000_flooded", "keys10000_beside_select1", "1000000,8")
 	}' "$KEYS_CSV"
+
+echo "in turns (the same statements taking 200 ms turns on one set of connections):"
+awk -F, "$(cat "$TOP/bench/median.awk")"'
+NR > 1 { k = $1 "," $2 "," $3; n[k]++; v[k, n[k]] = $5; rate[k, $4] = $5 }
+	END {
+		for (live = 10000; live <= 1000000; live *= 10)
+			for (c = 8; c <= 32; c *= 4) {
+				t = live "," c
+				printf "%7d live keys, %2d clients: SELECT 1 %d/s, hot %d/s, name alone %d/s, named %d/s, keys %d/s:" \
+					" hot %.2fx SELECT 1; keys %.2fx named, %.2fx SELECT 1, %.2fx the name alone; control %.2f\n",
+					live, c, median("select1," t), median("hot," t), median("name," t), median("named," t),
+					median("keys," t), ratio("hot", "select1", t), ratio("keys", "named", t),
+					ratio("keys", "select1", t), ratio("keys", "name", t), ratio("select1_again", "select1", t)
+			}
+	}' "$TURNS_CSV"
