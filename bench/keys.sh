@@ -75,7 +75,7 @@ keys_run() {	# keys_run WORKLOAD LIVE CLIENTS [ROUND]: one pgbench run, a CSV li
 # turns LIVE CLIENTS ROUND: the five statements (and the control) in turns
 TURNS=(select1 hot "name" named keys select1_again)
 turns() {
-	local i=0 line
+	local i rate
 	"$TB_TMP/alternate" "$((6 * BENCH_SECONDS))" "$KEYS_WARMUP" "$2" "$1" %d \
 		"host=$PGHOST port=$PGPORT dbname=keys user=postgres" \
 		"SELECT 1" "SELECT tb_acquire('nm1')" "SELECT 'mk:' || \$1" \
