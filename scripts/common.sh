@@ -6,7 +6,9 @@
 set -euo pipefail
 
 PGVERSION=${PGVERSION:-15}
-PGBIN=/usr/lib/postgresql/$PGVERSION/bin
+# TB_PGBIN: the server's binaries elsewhere (a copy of the installation in
+# a folder of its own, so that two checkouts install without meeting)
+PGBIN=${TB_PGBIN:-/usr/lib/postgresql/$PGVERSION/bin}
 export PG_CONFIG=$PGBIN/pg_config
 TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
