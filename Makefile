@@ -48,10 +48,33 @@ clean: clean-proxy
 all-proxy install-proxy clean-proxy:
 	$(MAKE) -C proxy -s PG_CONFIG=$(PG_CONFIG) $(@:-proxy=)
 .PHONY: all-proxy install-proxy clean-proxy
+
+# Against a server of your own, with the extension installed and the
+# library preloaded (README.md, "Tests"): make installcheck runs pg_regress
+# and isolation (PGXS), make installcheck-pgtap the pgTAP tests (pgTAP and
+# pg_prove installed; in a database of their own, made anew), and make
+# prove_installcheck the TAP tests, which start clusters of their own
+# (TAP_DIR: where they keep them, default tmp_check here).
+PGTAP_DB ?= tokenbucket_pgtap
+installcheck-pgtap:
+	psql -X -q -v ON_ERROR_STOP=1 -d postgres -c 'DROP DATABASE IF EXISTS $(PGTAP_DB)' \
+		-c 'CREATE DATABASE $(PGTAP_DB)'
+	psql -X -q -v ON_ERROR_STOP=1 -d $(PGTAP_DB) -c 'CREATE EXTENSION pgtap' \
+		-c 'CREATE EXTENSION tokenbucket'
+	pg_prove $(PG_PROVE_ARGS) -d $(PGTAP_DB) $(or $(PGTAP_TESTS),test/pgtap/*.sql)
+
+TAP_DIR ?= $(CURDIR)
+PROVE_TESTS ?= test/t/*.pl
+prove_installcheck:
+	rm -rf '$(TAP_DIR)/tmp_check'
+	TESTDIR='$(TAP_DIR)' TESTDATADIR='$(TAP_DIR)/tmp_check' TESTLOGDIR='$(TAP_DIR)/tmp_check/log' \
+	PATH="$(bindir):$$PATH" PG_REGRESS='$(top_builddir)/src/test/regress/pg_regress' \
+		$(PROVE) $(PG_PROVE_FLAGS) $(PROVE_FLAGS) $(PROVE_TESTS)
+.PHONY: installcheck-pgtap prove_installcheck
 else
 # No server headers yet: only the set-up targets below work, and they
 # install them.
-all install installcheck:
+all install installcheck installcheck-pgtap prove_installcheck:
 	@echo "PostgreSQL server headers not found; run 'make test' or 'make demo'," \
 	      "or install postgresql-server-dev-NN and set PG_CONFIG." >&2; exit 1
 endif

@@ -40,8 +40,10 @@ tb_install_packages() {
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# Build and install the extension into the server's directories.
+# Build and install the extension into the server's directories (unless
+# TB_INSTALLED says make test has done so: its suites run side by side).
 tb_build_install() {
+	[ -n "${TB_INSTALLED:-}" ] && return 0
 	say "building and installing tokenbucket"
 	make -C "$TOP" -s PG_CONFIG="$PG_CONFIG" clean
 	make -C "$TOP" -s PG_CONFIG="$PG_CONFIG" ${SANITIZE:+SANITIZE=1} all install

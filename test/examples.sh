@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# test/examples.sh: each example of examples/ in a short mode (under a
-# minute each), with its own servers, checked from the JSON it prints last.
-# Prints TAP.
+# test/examples.sh [NAME...]: each example of examples/ (or those named) in
+# a short mode (under a minute each), with its own servers, checked from
+# the JSON it prints last.  Prints TAP.
+#
+# What the provider refused is counted exactly; how much of its limit a
+# run used is shown (85-95% on a quiet machine), and checked only against
+# half: a run's seconds include its clients' start and end, which a busy
+# machine stretches, while a limiter that slept out whole windows would
+# use far less.
 set -uo pipefail
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 LOG=$(mktemp)
 trap 'rm -f "$LOG"' EXIT
-echo "1..4"
+ONLY=(asyncio gateway clients celery)
+[ $# -gt 0 ] && ONLY=("$@")
+echo "1..${#ONLY[@]}"
 n=0
 
 # example NAME ENV... -- CHECK: run examples/NAME/run.sh, then CHECK, a
@@ -17,6 +25,7 @@ example() {
 	local env=()
 	while [ "$1" != "--" ]; do env+=("$1"); shift; done
 	check=$2
+	case " ${ONLY[*]} " in *" $name "*) ;; *) return 0 ;; esac
 	n=$((n + 1))
 	env "${env[@]}" bash "$TOP/examples/$name/run.sh" >"$LOG" 2>&1 || rc=$?
 	grep -v '^{' "$LOG" | grep -E 'served|answered|removed|allowed|checks' | sed 's/^/# /'
@@ -32,9 +41,9 @@ sys.exit(0 if ($check) else 1)"; then
 }
 
 example asyncio EXAMPLE_REQUESTS=150 -- \
-	'r["refused"] == 0 and r["timed_out"] == 0 and r["of_limit"] >= 0.8
+	'r["refused"] == 0 and r["timed_out"] == 0 and r["of_limit"] >= 0.5
 	and r["refused_in_flight"] == 0 and r["max_in_flight"] == r["inflight"] == 3' \
-	"150 concurrent requests through a lease and tb_acquire_wait: the provider refused none, for its rate or its cap of 3 at once, and served at least 80% of its limit (the bucket is set at 90% of its rate and half its burst)"
+	"150 concurrent requests through a lease and tb_acquire_wait: the provider refused none, for its rate or its cap of 3 at once, and served at least half its limit (the bucket is set at 90% of its rate and half its burst)"
 example gateway EXAMPLE_SECONDS=3 -- \
 	'r["alice"].get("429", 0) > 0 and r["bob"].get("429", 0) == 0
 	and r["alice"]["retry_after"] == ["1"]
@@ -50,5 +59,6 @@ example clients EXAMPLE_SECONDS=3 -- \
 	        and c["solo_retried_granted"] == c["solo_retried"] > 0 for c in r["clients"].values())' \
 	"psycopg2, asyncpg, node-pg, JDBC and Perl share one bucket: never over capacity + rate x elapsed, at least half of it, each granted, retry_after_seconds usable in each"
 example celery EXAMPLE_TASKS=100 -- \
-	'r["with"]["refused"] == 0 and r["with"]["of_limit"] >= 0.9 and r["without"]["refused"] > 0' \
-	"with the limiter the provider refused none and served at least 90% of its limit; without it, it refused some"
+	'r["with"]["refused"] == 0 and r["with"]["served"] == r["with"]["tasks"]
+	and r["with"]["of_limit"] >= 0.5 and r["without"]["refused"] > 0' \
+	"with the limiter the provider refused none, served every task and at least half its limit; without it, it refused some"

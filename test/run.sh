@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
 # test/run.sh: `make test`.  Sets up a fresh Debian 12 machine (as root),
-# builds and installs the extension, starts a throwaway PostgreSQL, runs
-# every suite, stops the server, and prints "N passed, N failed" last.
+# builds and installs the extension, runs every suite, and prints each
+# suite's output, a table of what each passed, failed and took, and
+# "N passed, N failed" last.
 #
-#   pg_regress    sql/*.sql against expected/*.out
-#   isolation     test/isolation/specs/*.spec (pg_isolation_regress)
-#   pgTAP         test/pgtap/*.sql, run by pg_prove
-#   TAP           test/t/*.pl (PostgreSQL::Test::Cluster): crash, replica,
-#                 upgrade and dump, memory buckets and counters across
-#                 restarts, leases across a crash
+# The suites run side by side (TB_JOBS at a time, default 4), longest
+# first, each on throwaway servers of its own, so that none sees another's
+# sessions, buckets or load through a server they share.  Most of a suite's
+# time is spent waiting (for a server to start, a timeout to pass, a fixed
+# length of load), which is why this fits the 10 minutes the suite may
+# take on a 2-core machine (README.md, "Tests"); a new suite must fit too.
+#
+#   pg_regress    sql/*.sql against expected/*.out      (make installcheck)
+#   isolation     test/isolation/specs/*.spec            (make installcheck)
+#   pgtap         test/pgtap/*.sql, run by pg_prove      (make installcheck)
+#   tap/NNN       test/t/NNN_*.pl (PostgreSQL::Test::Cluster), one suite a
+#                 file: crash, replica, upgrade and dump, repair, memory
+#                 buckets and counters across restarts, leases across a
+#                 crash                                   (make prove_installcheck)
 #   stress        test/stress.sh: 64 sessions on a mix of buckets, never overdrawn
 #   wait          test/wait.sh: waiting on the real clock
 #   leases        test/leases.sh: in-flight limits with sessions killed,
@@ -24,7 +33,8 @@
 #                 naming and mapping PL/Proxy accepts
 #   stats         proxy/test/stats.sh: counters summed over the shards
 #   errors        proxy/test/errors.sh: a shard's errors through the proxy, as
-#                 raised directly, on a connection kept
+#                 raised directly, on a connection kept; a fresh install of
+#                 the proxy against each older version updated
 #   hung          proxy/test/hung.sh: a shard that does not answer, stopped
 #                 or restarted: class 08 within the bound the DBA sets
 #   setup         proxy/test/setup.sh: README.md's proxy set-up, as written,
@@ -32,80 +42,222 @@
 #   move          proxy/test/move.sh: four partitions on one server moved,
 #                 three of them, to two others under load: fenced calls
 #                 fail with class 08, no window overdrawn, each bucket once
-#   examples      test/examples.sh: examples/ in a short mode, each with its
+#   examples/X    test/examples.sh X: examples/X in a short mode, with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
 #
-# TB_SKIP="suite ..." leaves out the named shell suites (make test-versions
-# leaves out "examples": the clients and their servers do not change with
-# the server's version).
+# TB_SKIP="suite ..." leaves out the named suites ("tap" or "examples"
+# leaves out all of theirs; make test-versions leaves out the examples:
+# their clients and servers do not change with the server's version).
+# TB_ONLY="suite ..." runs only those.
 #
 # SANITIZE=1 builds with AddressSanitizer and UndefinedBehaviorSanitizer,
-# runs pg_regress, isolation, pgTAP and a short stress run against it, and
-# fails on any sanitizer report.
+# runs pg_regress, isolation, pgTAP and a short stress run against it, one
+# after the other on one server, and fails on any sanitizer report.
 
 source "$(dirname "$0")/../scripts/common.sh"
 
+EXAMPLE_PACKAGES=(python3-aiohttp python3-asyncpg python3-psycopg2 python3-celery
+	rabbitmq-server libdbd-pg-perl default-jdk-headless libpostgresql-jdbc-java)
+command -v npm >/dev/null || EXAMPLE_PACKAGES+=(nodejs npm)
+case " ${TB_SKIP:-} " in *" examples "*) EXAMPLE_PACKAGES=() ;; esac
+# every package any suite needs, in one apt-get before anything runs: the
+# suites run side by side and must not wait for dpkg's lock (nor fail on it)
 tb_install_packages "postgresql-$PGVERSION-pgtap" libtap-parser-sourcehandler-pgtap-perl \
-	libipc-run-perl valgrind prometheus-postgres-exporter curl "postgresql-$PGVERSION-plproxy"
+	libipc-run-perl valgrind prometheus-postgres-exporter curl "postgresql-$PGVERSION-plproxy" \
+	"${EXAMPLE_PACKAGES[@]}"
 tb_build_install
-say "starting a throwaway PostgreSQL $PGVERSION"
-tb_start_server
+# the examples' own run.sh builds and installs nothing more
+export TB_INSTALLED=1
 
-passed=0
-failed=0
-LOG=$TB_TMP/test.log
+OUT=$(mktemp -d /tmp/tokenbucket-test.XXXXXX)
+chmod 755 "$OUT"
+trap 'rm -rf "$OUT"' EXIT
 
 # Count "ok"/"FAILED" lines of pg_regress and pg_isolation_regress (the
-# PostgreSQL 15 format, and the TAP format of 16 and later).
-count_regress() {
+# PostgreSQL 15 format, and the TAP format of 16 and later); a run that
+# failed without one counts as one failure.  Prints "passed failed".
+count_regress() {	# count_regress LOG RC
 	local ok bad
 	ok=$(grep -Ec '(\.\.\. ok|^ok [0-9]+ )' "$1" || true)
 	bad=$(grep -Ec '(\.\.\. FAILED|^not ok [0-9]+ )' "$1" || true)
-	passed=$((passed + ok))
-	failed=$((failed + bad))
+	[ "$2" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+	echo "$ok $bad"
 }
 
 # Count TAP assertions; a suite that failed without a "not ok" (a died
-# script, a wrong plan) counts as one failure.
-count_tap() {
+# script, a wrong plan) counts as one failure.  Prints "passed failed".
+count_tap() {	# count_tap LOG RC
 	local ok bad
 	ok=$(grep -Ec '^ *ok [0-9]+' "$1" || true)
 	bad=$(grep -Ec '^ *not ok [0-9]+' "$1" || true)
 	[ "$2" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
-	passed=$((passed + ok))
-	failed=$((failed + bad))
+	echo "$ok $bad"
 }
 
-# run_regress SUITE MAKE-ARGS...: one of PGXS's installcheck halves
-run_regress() {
-	local suite=$1 rc=0
+# The suites.  Each runs in a subshell of its own with its output in LOG,
+# and prints "passed failed" (from count_regress or count_tap) last on
+# standard output.  Those that need a server start one (tb_start_server,
+# which stops and removes it when the subshell exits).
+
+# make installcheck's halves, pg_regress's and isolation's, each on a
+# server of its own (they write their results to folders of their own)
+suite_installcheck() {	# suite_installcheck LOG MAKE-ARGS...
+	local log=$1 rc=0
 	shift
-	say "$suite"
-	make -C "$TOP" -s PG_CONFIG="$PG_CONFIG" installcheck "$@" >"$LOG" 2>&1 || rc=$?
-	cat "$LOG"
-	count_regress "$LOG"
+	tb_start_server
+	make -C "$TOP" -s PG_CONFIG="$PG_CONFIG" installcheck "$@" >"$log" 2>&1 || rc=$?
 	if [ $rc -ne 0 ]; then
-		cat "$TOP/regression.diffs" "$TOP/output_iso/regression.diffs" 2>/dev/null || true
-		grep -Eq 'FAILED|not ok' "$LOG" || failed=$((failed + 1))
+		cat "$TOP/regression.diffs" "$TOP/output_iso/regression.diffs" >>"$log" 2>/dev/null || true
 	fi
+	count_regress "$log" $rc
 }
-run_regress "pg_regress" ISOLATION=
-run_regress "isolation" REGRESS=
+suite_pg_regress() { suite_installcheck "$1" ISOLATION=; }
+suite_isolation() { suite_installcheck "$1" REGRESS=; }
 
-say "pgTAP (pg_prove)"
-psql -q -X -v ON_ERROR_STOP=1 -c 'CREATE DATABASE tb_tap' \
-	-c '\c tb_tap' -c 'CREATE EXTENSION pgtap' -c 'CREATE EXTENSION tokenbucket'
-rc=0
-pg_prove -v -d tb_tap "$TOP"/test/pgtap/*.sql >"$LOG" 2>&1 || rc=$?
-cat "$LOG"
-count_tap "$LOG" $rc
+# pgTAP, against a server of its own (make installcheck-pgtap)
+suite_pgtap() {
+	local rc=0
+	tb_start_server
+	make -C "$TOP" -s PG_CONFIG="$PG_CONFIG" installcheck-pgtap PG_PROVE_ARGS=-v \
+		>"$1" 2>&1 || rc=$?
+	count_tap "$1" $rc
+}
+
+# one file of test/t: make prove_installcheck on it.  PostgreSQL::Test::
+# Cluster makes its own clusters, so it runs as the server's user when we
+# are root (initdb refuses root).
+suite_tap() {	# suite_tap LOG FILE
+	local rc=0 dir runas=()
+	dir=$(mktemp -d /tmp/tokenbucket-tap.XXXXXX)
+	chmod 755 "$dir"
+	if [ "$(id -u)" -eq 0 ]; then
+		chown postgres: "$dir"
+		runas=(runuser -u postgres --)
+	fi
+	"${runas[@]}" make -C "$TOP" -s PG_CONFIG="$PG_CONFIG" prove_installcheck \
+		TAP_DIR="$dir" PROVE_TESTS="$2" PROVE_FLAGS=-v >"$1.raw" 2>&1 || rc=$?
+	grep -v '^# \(WARNING\|pgbench\)' "$1.raw" >"$1" || true
+	rm -rf "$dir" "$1.raw"
+	count_tap "$1" $rc
+}
+
+# a shell suite printing TAP, on a server of its own
+suite_shell() {	# suite_shell LOG SCRIPT [ARG]
+	local log=$1 rc=0
+	shift
+	tb_start_server
+	bash "$TOP/$1.sh" "${@:2}" >"$log" 2>&1 || rc=$?
+	count_tap "$log" $rc
+}
+
+# a shell suite printing TAP that starts its own servers
+suite_own() {	# suite_own LOG SCRIPT [ARG]
+	local log=$1 rc=0
+	shift
+	bash "$TOP/$1.sh" "${@:2}" >"$log" 2>&1 || rc=$?
+	count_tap "$log" $rc
+}
+
+# NAME FUNCTION [ARGS...], longest first (on this machine), so that the
+# long ones start at once and the short ones fill in beside them
+SUITES=(
+	"memory suite_shell test/memory"
+	"stress suite_shell test/stress"
+	"leases suite_shell test/leases table"
+	"leases-memory suite_shell test/leases memory"
+	"move suite_own proxy/test/move"
+	"examples/celery suite_own test/examples celery"
+	"examples/clients suite_own test/examples clients"
+	"proxy suite_own proxy/test/proxy"
+	"examples/asyncio suite_own test/examples asyncio"
+	"pg_regress suite_pg_regress"
+	"examples/gateway suite_own test/examples gateway"
+	"hung suite_own proxy/test/hung"
+	"errors suite_own proxy/test/errors"
+	"setup suite_own proxy/test/setup"
+	"partitions suite_own proxy/test/partitions"
+	"wait suite_shell test/wait"
+	"locks suite_shell test/locks"
+	"stats suite_own proxy/test/stats"
+	"exporter suite_shell test/exporter"
+	"isolation suite_isolation"
+	"pgtap suite_pgtap"
+)
+for t in "$TOP"/test/t/*.pl; do
+	SUITES+=("tap/$(basename "$t" .pl) suite_tap test/t/$(basename "$t")")
+done
+
+# selected NAME: not left out by TB_SKIP (the name, or its part before
+# the slash), and in TB_ONLY when that is set
+selected() {
+	case " ${TB_SKIP:-} " in *" $1 "* | *" ${1%%/*} "*) return 1 ;; esac
+	[ -z "${TB_ONLY:-}" ] && return 0
+	case " $TB_ONLY " in *" $1 "* | *" ${1%%/*} "*) return 0 ;; esac
+	return 1
+}
+
+# start NAME FUNCTION ARGS...: the suite in the background; its output in
+# $OUT/NAME.log, and "passed failed seconds" in $OUT/NAME.result
+start() {
+	local name=$1 file
+	shift
+	file=$OUT/${name//\//_}
+	(
+		set +e
+		begin=$(date +%s.%N)
+		counts=$("$1" "$file.log" "${@:2}" | tail -n 1)
+		[[ $counts =~ ^[0-9]+\ [0-9]+$ ]] || counts="0 1"
+		end=$(date +%s.%N)
+		echo "$counts $(awk -v b="$begin" -v e="$end" 'BEGIN { printf "%.0f", e - b }')" >"$file.result"
+		read -r p f s <"$file.result"
+		printf '.. %-18s %4s passed, %s failed, %s s\n' "$name" "$p" "$f" "$s"
+	) &
+}
+
+JOBS=${TB_JOBS:-4}
+BEGIN=$(date +%s)
 
 if [ -n "${SANITIZE:-}" ]; then
-	# the TAP tests and the examples start servers of their own, without the
-	# sanitizers' runtime; the rest runs against the sanitized build
-	STRESS_SECONDS=${STRESS_SECONDS:-5} bash "$TOP/test/stress.sh" >"$LOG" 2>&1 || true
-	cat "$LOG"
-	count_tap "$LOG" 0
+	# one server with the sanitizers' runtimes preloaded, the suites one
+	# after the other; the TAP tests and the examples start servers of
+	# their own, without them, and do not run
+	tb_start_server
+	trap 'rm -rf "$OUT"; tb_cleanup' EXIT
+	SUITES=("pg_regress suite_pg_regress" "isolation suite_isolation" "pgtap suite_pgtap"
+		"stress suite_shell test/stress")
+	tb_start_server() { :; }	# the suites share the sanitized server
+	export STRESS_SECONDS=${STRESS_SECONDS:-5}
+	JOBS=1
+fi
+
+say "running the suites, $JOBS at a time"
+NAMES=()
+for entry in "${SUITES[@]}"; do
+	read -r -a words <<<"$entry"
+	selected "${words[0]}" || continue
+	NAMES+=("${words[0]}")
+	while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do
+		wait -n || true
+	done
+	start "${words[@]}"
+done
+wait
+
+passed=0
+failed=0
+TABLE=()
+for name in "${NAMES[@]}"; do
+	file=$OUT/${name//\//_}
+	p=0 f=1 s=?
+	[ -f "$file.result" ] && read -r p f s <"$file.result"
+	say "$name ($s s)"
+	cat "$file.log" 2>/dev/null || echo "(no output)"
+	passed=$((passed + p))
+	failed=$((failed + f))
+	TABLE+=("$(printf '%-20s %8s %7s %7s' "$name" "$s" "$p" "$f")")
+done
+
+if [ -n "${SANITIZE:-}" ]; then
 	say "sanitizers"
 	# the mode proves nothing unless the backends really ran the
 	# instrumented library with both runtimes loaded
@@ -130,42 +282,12 @@ if [ -n "${SANITIZE:-}" ]; then
 		grep -A 20 'runtime error\|Sanitizer' "$TB_TMP/server.log" | head -n 60
 		failed=$((failed + 1))
 	fi
-	echo
-	echo "$passed passed, $failed failed"
-	[ "$failed" -eq 0 ]
-	exit
 fi
 
-# TAP tests with PostgreSQL::Test::Cluster make their own clusters, so they
-# run as the server's user when we are root (initdb refuses root)
-say "TAP (PostgreSQL::Test::Cluster)"
-TAPDIR=$TB_TMP/tap
-mkdir -p "$TAPDIR"
-[ ${#TB_RUNAS[@]} -gt 0 ] && chown postgres: "$TAPDIR"
-rc=0
-"${TB_RUNAS[@]}" env PATH="$PGBIN:$PATH" TESTDIR="$TAPDIR" \
-	TESTDATADIR="$TAPDIR/tmp_check" TESTLOGDIR="$TAPDIR/log" \
-	PERL5LIB="$($PG_CONFIG --pgxs | sed 's|/src/makefiles/pgxs.mk|/src/test/perl|')" \
-	PG_REGRESS="$(dirname "$($PG_CONFIG --pgxs)")/../test/regress/pg_regress" \
-	prove -v "$TOP"/test/t/*.pl >"$LOG" 2>&1 || rc=$?
-grep -v '^# \(WARNING\|pgbench\)' "$LOG"
-count_tap "$LOG" $rc
-
-# SCRIPT or SCRIPT:ARGUMENT
-for entry in test/stress test/wait test/leases test/leases:memory test/locks test/memory \
-	test/exporter proxy/test/proxy proxy/test/partitions proxy/test/stats proxy/test/errors \
-	proxy/test/hung proxy/test/setup proxy/test/move test/examples; do
-	script=${entry%%:*}
-	arg=${entry#"$script"}
-	arg=${arg#:}
-	case " ${TB_SKIP:-} " in *" ${script##*/} "*) continue ;; esac
-	say "${script##*/} ($script.sh${arg:+ $arg})"
-	rc=0
-	bash "$TOP/$script.sh" $arg >"$LOG" 2>&1 || rc=$?
-	cat "$LOG"
-	count_tap "$LOG" $rc
-done
-
+echo
+printf '%-20s %8s %7s %7s\n' suite seconds passed failed
+printf '%s\n' "${TABLE[@]}"
+echo "all suites: $(($(date +%s) - BEGIN)) s, $JOBS at a time, on $(nproc) cores"
 echo
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
