@@ -1,7 +1,8 @@
 --
 -- upgrade: 1.0 updated to 1.1, 1.2, 1.3, 1.4, 1.5, 1.6 and then 1.7 keeps its
--- buckets and gives exactly the objects of a fresh install; grants made on
--- the functions 1.2, 1.3 and 1.7 replace are kept.
+-- buckets and gives exactly the objects of a fresh install (which runs
+-- tokenbucket--1.7.sql alone); grants made on the functions 1.2, 1.3 and
+-- 1.7 replace are kept.
 --
 -- buckets made under 1.0 (plain SQL: this library is 1.1's)
 CREATE EXTENSION tokenbucket VERSION '1.0';
