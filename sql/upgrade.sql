@@ -1,7 +1,8 @@
 --
 -- upgrade: 1.0 updated to 1.1, 1.2, 1.3, 1.4, 1.5, 1.6 and then 1.7 keeps its
--- buckets and gives exactly the objects of a fresh install; grants made on
--- the functions 1.2, 1.3 and 1.7 replace are kept.
+-- buckets and gives exactly the objects of a fresh install (which runs
+-- tokenbucket--1.7.sql alone); grants made on the functions 1.2, 1.3 and
+-- 1.7 replace are kept.
 --
 -- buckets made under 1.0 (plain SQL: this library is 1.1's)
 CREATE EXTENSION tokenbucket VERSION '1.0';
@@ -74,37 +75,72 @@ ORDER BY p.oid::regprocedure::text;
 
 -- and the objects are those of a fresh install
 -- objects(): every member object of the extension, with its definition,
--- comment and privileges, in a form two installs can be compared in
+-- comment and privileges, and of every member table, view and sequence its
+-- columns, constraints, indexes, triggers and sequence settings, each a
+-- row naming its relation, in a form two installs can be compared in
 CREATE FUNCTION pg_temp.objects() RETURNS SETOF text LANGUAGE sql AS $$
-	SELECT pg_describe_object(d.classid, d.objid, 0) || ': ' || coalesce(CASE d.classid
-		WHEN 'pg_proc'::regclass THEN pg_get_functiondef(d.objid) || coalesce(
+	WITH members AS (
+		SELECT d.classid, d.objid
+		FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
+		WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+		  AND e.extname = 'tokenbucket'
+	), relations AS (
+		SELECT c.oid, c.relname FROM members m JOIN pg_class c ON c.oid = m.objid
+		WHERE m.classid = 'pg_class'::regclass
+	)
+	SELECT pg_describe_object(m.classid, m.objid, 0) || ': ' || coalesce(CASE m.classid
+		WHEN 'pg_proc'::regclass THEN pg_get_functiondef(m.objid) || coalesce(
 			(SELECT string_agg(a.grantee::regrole::text || '=' || a.privilege_type, ','
 				ORDER BY a.grantee::regrole::text)
 			 FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS a
-			 WHERE p.oid = d.objid), '')
+			 WHERE p.oid = m.objid), '')
 		WHEN 'pg_class'::regclass THEN (
-			SELECT c.relkind::text || coalesce(c.relacl, acldefault('r', c.relowner))::text || coalesce(pg_get_viewdef(c.oid), '')
-			       || coalesce(pg_get_indexdef(c.oid), '') FROM pg_class c WHERE c.oid = d.objid)
-		END, '') || coalesce(' -- ' || obj_description(d.objid, d.classid::regclass::name), '')
-	FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
-	WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
-	  AND e.extname = 'tokenbucket'
+			SELECT c.relkind::text || c.relpersistence::text
+			       || coalesce(c.relacl, acldefault(CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END::"char",
+			                                        c.relowner))::text
+			       || coalesce(' with ' || c.reloptions::text, '')
+			       || coalesce(pg_get_viewdef(c.oid), '')
+			       || coalesce(pg_get_indexdef(c.oid), '') FROM pg_class c WHERE c.oid = m.objid)
+		END, '') || coalesce(' -- ' || obj_description(m.objid, m.classid::regclass::name), '')
+	FROM members m
 	UNION ALL
-	SELECT 'column ' || attnum || ' ' || attname || ' ' || format_type(atttypid, atttypmod)
-	       || CASE WHEN attnotnull THEN ' not null' ELSE '' END
+	SELECT 'column ' || r.relname || '.' || a.attnum || ' ' || a.attname || ' '
+	       || format_type(a.atttypid, a.atttypmod)
+	       || CASE WHEN a.attcollation <> t.typcollation
+	               THEN ' collate ' || a.attcollation::regcollation::text ELSE '' END
+	       || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+	       || CASE a.attidentity WHEN '' THEN '' ELSE ' identity ' || a.attidentity::text END
+	       || CASE a.attgenerated WHEN '' THEN '' ELSE ' generated ' || a.attgenerated::text END
 	       || coalesce(' default ' || pg_get_expr(ad.adbin, ad.adrelid), '')
 	       || coalesce(' -- ' || col_description(a.attrelid, a.attnum), '')
-	FROM pg_attribute a LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
-	WHERE a.attrelid = 'tb_buckets'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+	FROM relations r JOIN pg_attribute a ON a.attrelid = r.oid
+	JOIN pg_type t ON t.oid = a.atttypid
+	LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+	WHERE a.attnum > 0 AND NOT a.attisdropped
 	UNION ALL
-	SELECT 'constraint ' || conname || ' ' || pg_get_constraintdef(oid)
-	FROM pg_constraint WHERE conrelid = 'tb_buckets'::regclass
+	SELECT 'constraint ' || r.relname || ' ' || o.conname || ' ' || pg_get_constraintdef(o.oid)
+	       || coalesce(' -- ' || obj_description(o.oid, 'pg_constraint'), '')
+	FROM relations r JOIN pg_constraint o ON o.conrelid = r.oid
 	UNION ALL
-	SELECT 'index ' || pg_get_indexdef(indexrelid) FROM pg_index
-	WHERE indrelid = 'tb_buckets'::regclass
+	SELECT 'index ' || pg_get_indexdef(i.indexrelid)
+	       || coalesce(' -- ' || obj_description(i.indexrelid, 'pg_class'), '')
+	FROM relations r JOIN pg_index i ON i.indrelid = r.oid
 	UNION ALL
-	SELECT 'trigger ' || pg_get_triggerdef(oid) FROM pg_trigger
-	WHERE tgrelid = 'tb_buckets'::regclass
+	SELECT 'trigger ' || pg_get_triggerdef(g.oid) || ' ' || g.tgenabled::text
+	       || coalesce(' -- ' || obj_description(g.oid, 'pg_trigger'), '')
+	FROM relations r JOIN pg_trigger g ON g.tgrelid = r.oid
+	UNION ALL
+	-- not its value: a fresh install starts it at a random point
+	SELECT 'sequence ' || r.relname || ' ' || format_type(s.seqtypid, NULL)
+	       || ' start ' || s.seqstart || ' increment ' || s.seqincrement
+	       || ' min ' || s.seqmin || ' max ' || s.seqmax || ' cache ' || s.seqcache
+	       || CASE WHEN s.seqcycle THEN ' cycle' ELSE '' END
+	       || CASE WHEN pg_sequence_last_value(s.seqrelid) IS NULL THEN ' never set' ELSE ' set' END
+	       || coalesce(' owned by ' || (SELECT o.refobjid::regclass || '.' || o.refobjsubid
+	                                    FROM pg_depend o
+	                                    WHERE o.classid = 'pg_class'::regclass AND o.objid = s.seqrelid
+	                                      AND o.refclassid = 'pg_class'::regclass AND o.deptype IN ('a', 'i')), '')
+	FROM relations r JOIN pg_sequence s ON s.seqrelid = r.oid
 	UNION ALL
 	SELECT 'config ' || extconfig::regclass[]::text || ' ' || extcondition::text
 	FROM pg_extension WHERE extname = 'tokenbucket'

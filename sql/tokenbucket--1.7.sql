@@ -1,0 +1,970 @@
+/* tokenbucket--1.7.sql: the install script of 1.7, each object in its final
+ * form.  It makes exactly what 1.0 updated through the chain makes
+ * (sql/upgrade.sql compares the two), so a change to an object goes into
+ * the next upgrade script and here alike. */
+
+-- complain if script is sourced in psql, rather than via CREATE EXTENSION
+\echo Use "CREATE EXTENSION tokenbucket" to load this file. \quit
+
+--
+-- The buckets.  A bucket stores how many tokens it was short of full
+-- (deficit) at updated_at; refill pays that back at refill_rate tokens per
+-- second, and a deficit above capacity is debt (tb_settle).  The defaults
+-- describe a full bucket, so a plain
+--   INSERT INTO tb_buckets (name, capacity, refill_rate) VALUES ('x', 10, 2)
+-- makes one that works at once.  A name ending in '*' is a template: each
+-- name starting with its prefix gets a bucket of its own with its settings.
+-- A memory bucket's row holds its settings; its tokens and pause live in
+-- shared memory (the library preloaded), so its deficit, updated_at and
+-- paused_until are not used, and a template with memory makes memory
+-- buckets, which have no row at all.
+--
+
+--
+-- One CHECK constraint in C rather than one per column in SQL: every
+-- UPDATE compiles its table's CHECK expressions afresh, and five of them
+-- took a sixth of a grant's time.  It wants a name of 1 to 1024 bytes,
+-- finite numbers (capacity and refill_rate above zero, deficit not below),
+-- a finite updated_at, and names the bad column.
+--
+CREATE FUNCTION @extschema@.tb_check_bucket(name text, capacity float8,
+	refill_rate float8, deficit float8, updated_at timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tb_check_bucket'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_check_bucket(text, float8, float8, float8, timestamptz) IS
+	'the CHECK constraint of tb_buckets: true, or an error naming the bad column';
+
+CREATE TABLE @extschema@.tb_buckets (
+	name text PRIMARY KEY,
+	capacity float8 NOT NULL,
+	refill_rate float8 NOT NULL,
+	deficit float8 NOT NULL DEFAULT 0,
+	updated_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+	paused_until timestamptz NOT NULL DEFAULT '-infinity',
+	template text,
+	memory boolean NOT NULL DEFAULT false,
+	CONSTRAINT tb_buckets_check CHECK (@extschema@.tb_check_bucket(name,
+		capacity, refill_rate, deficit, updated_at))
+);
+
+COMMENT ON TABLE @extschema@.tb_buckets IS
+	'token buckets: settings and state, one row per bucket';
+COMMENT ON COLUMN @extschema@.tb_buckets.name IS 'bucket name, the key every call uses';
+COMMENT ON COLUMN @extschema@.tb_buckets.capacity IS 'most tokens the bucket holds';
+COMMENT ON COLUMN @extschema@.tb_buckets.refill_rate IS 'tokens added per second';
+COMMENT ON COLUMN @extschema@.tb_buckets.deficit IS
+	'tokens short of full at updated_at (0: full; above capacity: in debt)';
+COMMENT ON COLUMN @extschema@.tb_buckets.updated_at IS 'when deficit was last written';
+COMMENT ON COLUMN @extschema@.tb_buckets.paused_until IS
+	'no grants before this moment (-infinity: not paused)';
+COMMENT ON COLUMN @extschema@.tb_buckets.template IS
+	'the template this bucket was made from, or NULL';
+COMMENT ON COLUMN @extschema@.tb_buckets.memory IS
+	'whether the bucket keeps its tokens in shared memory (chosen when it is made)';
+
+-- pg_dump keeps the buckets the DBA configured
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.tb_buckets', '');
+
+-- templates are names ending in '*'; this index finds them without a scan
+CREATE INDEX tb_buckets_templates ON @extschema@.tb_buckets (name)
+	WHERE name OPERATOR(pg_catalog.~~) '%*';
+
+--
+-- Changes to a memory bucket's row (tb_create, tb_alter, tb_drop, or the
+-- DBA's own INSERT, UPDATE, DELETE, TRUNCATE) reach its tokens in shared
+-- memory when the transaction commits.  The insert trigger also fires for
+-- named table buckets and for templates of either kind (not for the rows
+-- table templates make): a table bucket's name is no memory bucket's, and
+-- a new template takes the keys its prefix covers from shorter ones.  A
+-- grant's UPDATE, which sets none of the columns a memory bucket's
+-- settings are, does not even evaluate the condition (an UPDATE trigger on
+-- every column cost a table grant 6% more instructions).
+--
+CREATE FUNCTION @extschema@.tb_buckets_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'tb_buckets_changed'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_buckets_changed() IS
+	'trigger: hands changes to memory buckets'' rows to shared memory at commit';
+
+CREATE TRIGGER tb_buckets_memory_insert
+	AFTER INSERT ON @extschema@.tb_buckets
+	FOR EACH ROW WHEN (NEW.memory OR NEW.template IS NULL)
+	EXECUTE FUNCTION @extschema@.tb_buckets_changed();
+CREATE TRIGGER tb_buckets_memory_update
+	AFTER UPDATE OF name, capacity, refill_rate, memory ON @extschema@.tb_buckets
+	FOR EACH ROW WHEN (OLD.memory OR NEW.memory)
+	EXECUTE FUNCTION @extschema@.tb_buckets_changed();
+CREATE TRIGGER tb_buckets_memory_delete
+	AFTER DELETE ON @extschema@.tb_buckets
+	FOR EACH ROW WHEN (OLD.memory)
+	EXECUTE FUNCTION @extschema@.tb_buckets_changed();
+CREATE TRIGGER tb_buckets_memory_truncate
+	AFTER TRUNCATE ON @extschema@.tb_buckets
+	FOR EACH STATEMENT
+	EXECUTE FUNCTION @extschema@.tb_buckets_changed();
+
+--
+-- The arithmetic, as pure functions of a bucket's columns.  The table
+-- store's statements and the tb_status view use them; they are also there
+-- for the DBA's own queries.  They read no table, so anyone may call them.
+--
+CREATE FUNCTION @extschema@.tb_take(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, cost float8, at timestamptz)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_take'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_take(float8, float8, float8, timestamptz, float8, timestamptz) IS
+	'deficit after taking cost tokens at a moment, or NULL when the bucket does not hold them';
+
+CREATE FUNCTION @extschema@.tb_take(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, paused_until timestamptz,
+	cost float8, at timestamptz)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_take'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_take(float8, float8, float8, timestamptz, timestamptz, float8, timestamptz) IS
+	'deficit after taking cost tokens at a moment, or NULL when the bucket is paused or does not hold them';
+
+CREATE FUNCTION @extschema@.tb_tokens(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, at timestamptz)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_tokens'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_tokens(float8, float8, float8, timestamptz, timestamptz) IS
+	'tokens a bucket holds at a moment';
+
+CREATE FUNCTION @extschema@.tb_full_at(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'tb_full_at'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_full_at(float8, float8, float8, timestamptz) IS
+	'when a bucket is, or was, full';
+
+-- the moment retry_after counts down to: exact to the microsecond at any
+-- capacity and rate
+CREATE FUNCTION @extschema@.tb_ready_at(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, paused_until timestamptz,
+	cost float8, at timestamptz)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'tb_ready_at'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_ready_at(float8, float8, float8, timestamptz, timestamptz, float8, timestamptz) IS
+	'the first moment, not before at, at which a bucket grants cost tokens';
+
+--
+-- Taking tokens from one bucket.  The functions that touch the table are
+-- not SECURITY DEFINER: around their table work only, the C code switches
+-- to the extension's owner with search_path = pg_catalog, pg_temp (and
+-- qualifies every name it uses) and enable_seqscan = off.  Done by fmgr
+-- for every call, as for a SECURITY DEFINER function with those settings,
+-- it cost a call answered from shared memory a fifth of its time.  Without
+-- sequential scans, a plan a session kept from when the table was small
+-- stays an index lookup as the table grows (with a scan, 20,000 new
+-- per-key buckets took time quadratic in their number).
+--
+CREATE FUNCTION @extschema@.tb_acquire(name text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tb_acquire'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_acquire(text) IS
+	'take one token if the bucket holds it: true, or false and nothing taken';
+
+CREATE FUNCTION @extschema@.tb_acquire(name text, cost float8)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tb_acquire'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_acquire(text, float8) IS
+	'take cost tokens if the bucket holds them: true, or false and nothing taken';
+
+CREATE FUNCTION @extschema@.tb_try(name text, cost float8 DEFAULT 1,
+	OUT granted boolean, OUT remaining float8,
+	OUT retry_after interval, OUT reset_after interval,
+	OUT retry_after_seconds float8, OUT reset_after_seconds float8)
+RETURNS record
+AS 'MODULE_PATHNAME', 'tb_try'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_try(text, float8) IS
+	'tb_acquire with the tokens left, the wait until cost tokens are there, and the wait until full (as intervals and in seconds)';
+
+-- the read-only look: what tb_try would answer, taking nothing, locking
+-- and writing nothing; for everyone, like tb_try
+CREATE FUNCTION @extschema@.tb_peek(name text, cost float8 DEFAULT 1,
+	OUT granted boolean, OUT remaining float8,
+	OUT retry_after interval, OUT reset_after interval,
+	OUT retry_after_seconds float8, OUT reset_after_seconds float8)
+RETURNS record
+AS 'MODULE_PATHNAME', 'tb_peek'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.tb_peek(text, float8) IS
+	'what tb_try would answer now, without taking, locking or writing anything';
+
+--
+-- Several buckets at once, all or nothing.  Not STRICT: NULL costs mean 1
+-- each.
+--
+CREATE FUNCTION @extschema@.tb_acquire_all(names text[], costs float8[] DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tb_acquire_all'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_acquire_all(text[], float8[]) IS
+	'take costs (1 each by default) from every bucket named, or from none';
+
+CREATE FUNCTION @extschema@.tb_try_all(names text[], costs float8[] DEFAULT NULL)
+RETURNS TABLE (name text, granted boolean, remaining float8,
+	retry_after interval, reset_after interval,
+	retry_after_seconds float8, reset_after_seconds float8)
+AS 'MODULE_PATHNAME', 'tb_try_all'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 2;
+
+COMMENT ON FUNCTION @extschema@.tb_try_all(text[], float8[]) IS
+	'tb_acquire_all with a row per bucket: the decision, tokens left, and each bucket''s waits';
+
+--
+-- Waiting.  Not STRICT: a NULL timeout means no limit, and NULL costs
+-- mean 1 each; a NULL name gives NULL.
+--
+CREATE FUNCTION @extschema@.tb_acquire_wait(name text, cost float8 DEFAULT 1,
+	timeout interval DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tb_acquire_wait'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_acquire_wait(text, float8, interval) IS
+	'wait, in arrival order, until cost tokens can be taken (true) or timeout passes (false)';
+
+CREATE FUNCTION @extschema@.tb_acquire_all_wait(names text[], costs float8[] DEFAULT NULL,
+	timeout interval DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tb_acquire_all_wait'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_acquire_all_wait(text[], float8[], interval) IS
+	'tb_acquire_all, waiting in arrival order until all can be taken or timeout passes';
+
+--
+-- Giving back, settling, pausing, syncing: what workers do after a call.
+-- Not for PUBLIC (see the grants at the end).  The timestamptz form of the
+-- pause is tb_pause_until, not an overload of tb_pause: an untyped
+-- '20 seconds' would match both.
+--
+CREATE FUNCTION @extschema@.tb_refund(name text, tokens float8)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_refund'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_refund(text, float8) IS
+	'give unused tokens back (capped at capacity); returns the tokens held';
+
+CREATE FUNCTION @extschema@.tb_settle(name text, reserved float8, used float8)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_settle'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_settle(text, float8, float8) IS
+	'refund reserved - used, or take used - reserved more, into debt if need be; returns the tokens held';
+
+CREATE FUNCTION @extschema@.tb_sync(name text, remaining float8)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_sync'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_sync(text, float8) IS
+	'lower the tokens held to what the provider reports remaining (never raise them); returns the tokens held';
+
+CREATE FUNCTION @extschema@.tb_pause(name text, duration interval)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tb_pause_for'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_pause(text, interval) IS
+	'no grants for this long, for every caller: a provider''s Retry-After, shared';
+
+CREATE FUNCTION @extschema@.tb_pause_until(name text, until timestamptz)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tb_pause_until'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_pause_until(text, timestamptz) IS
+	'no grants until then, for every caller (a pause already ended changes nothing)';
+
+--
+-- Templates.  tb_alter of a template gives its new settings to every
+-- bucket made from it, each keeping its tokens, capped: tb_resize is the
+-- arithmetic it uses.  tb_purge is the housekeeping of per-key buckets,
+-- the DBA's like tb_create.
+--
+CREATE FUNCTION @extschema@.tb_resize(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, new_capacity float8, at timestamptz)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_resize'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_resize(float8, float8, float8, timestamptz, float8, timestamptz) IS
+	'deficit after giving a bucket a new capacity at a moment, keeping its tokens, capped';
+
+CREATE FUNCTION @extschema@.tb_purge(idle interval DEFAULT '1 hour')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'tb_purge'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_purge(interval) IS
+	'delete template-made buckets that are full and unused for idle; returns how many';
+
+--
+-- Memory buckets: what tb_status shows of them.  tb_memory_buckets goes
+-- to whoever may read the views over it, and checks that its caller may
+-- read one; tb_memory_empty_at tells nothing of any bucket.
+--
+CREATE FUNCTION @extschema@.tb_memory_buckets(OUT name text, OUT capacity float8,
+	OUT refill_rate float8, OUT deficit float8, OUT updated_at timestamptz,
+	OUT paused_until timestamptz, OUT template text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'tb_memory_buckets'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.tb_memory_buckets() IS
+	'the state of every memory bucket of this database held in shared memory';
+
+CREATE FUNCTION @extschema@.tb_memory_empty_at()
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'tb_memory_empty_at'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.tb_memory_empty_at() IS
+	'when a memory bucket not held in shared memory was empty (-infinity: it is full; NULL: no memory buckets here)';
+
+--
+-- In-flight limits: at most max_in_flight slots held at once.  A name
+-- ending in * is a template: each name starting with its prefix has a
+-- limit of its own with these settings.  The DBA's, like tb_buckets, and
+-- dumped.  A memory limit's leases live in shared memory (the library
+-- preloaded), freed by their holder's transaction or session end, and all
+-- of them by a crash; its configuration is a row, as a table limit's.
+--
+CREATE TABLE @extschema@.tb_limits (
+	name text PRIMARY KEY
+		CHECK (pg_catalog.octet_length(name) OPERATOR(pg_catalog.>=) 1
+			AND pg_catalog.octet_length(name) OPERATOR(pg_catalog.<=) 1024),
+	max_in_flight integer NOT NULL CHECK (max_in_flight OPERATOR(pg_catalog.>) 0),
+	memory boolean NOT NULL DEFAULT false
+);
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.tb_limits', '');
+
+-- the templates, for finding the longest prefix of a name
+CREATE INDEX tb_limits_templates ON @extschema@.tb_limits (name)
+	WHERE name OPERATOR(pg_catalog.~~) '%*';
+
+--
+-- A change of limits, committed, makes every session read their
+-- configuration again: a memory lease reads it from the table only then.
+-- The statement trigger is the extension's own (not PUBLIC), and refuses
+-- to fire for any other table.
+--
+CREATE FUNCTION @extschema@.tb_limits_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'tb_limits_changed'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_limits_changed() IS
+	'the trigger of tb_limits: tells every session, once the change commits, to read limits again';
+
+CREATE TRIGGER tb_limits_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.tb_limits
+	FOR EACH STATEMENT
+	EXECUTE FUNCTION @extschema@.tb_limits_changed();
+
+--
+-- The slots of each table limit (of each name a template made), one row
+-- each, made as they are first needed.  A slot is held by lease "lease"
+-- while its holder exists (see tb_holder_alive: the backend of process
+-- "pid" that started at "started", or with hold 'transaction', transaction
+-- "xid") and "expires" has not passed; otherwise it is free, whatever the
+-- row says, so a holder that is gone frees its slots at once.  "key" is a
+-- hash of the name, also the top bits of every lease id of the name:
+-- tb_release finds a lease's slots through it.  No index covers a column a
+-- lease changes, so leasing and releasing are HOT updates (fillfactor
+-- leaves them room).  Not dumped: a restored database holds no leases.
+--
+CREATE TABLE @extschema@.tb_lease_slots (
+	name text NOT NULL,
+	slot integer NOT NULL,
+	key integer NOT NULL,
+	lease bigint,
+	hold text,
+	holder oid,
+	pid integer,
+	started timestamptz,
+	xid xid8,
+	since timestamptz,
+	expires timestamptz,
+	PRIMARY KEY (name, slot)
+) WITH (fillfactor = 50);
+
+CREATE INDEX tb_lease_slots_key ON @extschema@.tb_lease_slots (key);
+
+--
+-- Lease ids: a name's key times 2^37, plus this sequence's next value
+-- modulo 2^37 (137 billion leases before it comes round), under 2^53 so
+-- that every client's numbers hold them exactly (JavaScript's too).  It
+-- starts at a random point, so that an id is unlikely to name a lease of
+-- an earlier installation of the extension still held.
+--
+CREATE SEQUENCE @extschema@.tb_lease_ids;
+SELECT pg_catalog.setval('@extschema@.tb_lease_ids',
+	(pg_catalog.random() OPERATOR(pg_catalog.*) 137438953472)::bigint OPERATOR(pg_catalog.+) 1);
+
+-- tells whether a backend or a transaction exists, nothing of any limit
+CREATE FUNCTION @extschema@.tb_holder_alive(pid integer, started timestamptz, xid xid8)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tb_holder_alive'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL RESTRICTED COST 10;
+
+COMMENT ON FUNCTION @extschema@.tb_holder_alive(integer, timestamptz, xid8) IS
+	'whether a lease''s holder exists: transaction xid in progress, or (xid NULL) the backend of process pid that started at started';
+
+--
+-- Leases.  reserve is a last argument DEFAULT NULL (none), so that
+-- tb_lease('x', reserve => 0.2) reads as it should: an overload with
+-- reserve second would take an untyped slots argument ($2 from a driver)
+-- as a reserve.
+--
+CREATE FUNCTION @extschema@.tb_lease(name text, slots integer DEFAULT 1,
+	hold text DEFAULT 'session', ttl interval DEFAULT NULL,
+	reserve float8 DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'tb_lease'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_lease(text, integer, text, interval, float8) IS
+	'lease slots of a limit: the lease id, or NULL (nothing taken) when they are not free or would leave fewer than reserve x max_in_flight free; freed by tb_release, the end of the session (hold => ''session'') or transaction (''transaction''), or after ttl';
+
+CREATE FUNCTION @extschema@.tb_lease_wait(name text, slots integer DEFAULT 1,
+	hold text DEFAULT 'session', ttl interval DEFAULT NULL,
+	timeout interval DEFAULT NULL, reserve float8 DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'tb_lease_wait'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_lease_wait(text, integer, text, interval, interval, float8) IS
+	'tb_lease, waiting in the server in arrival order until the slots are free (the lease id) or timeout passes (NULL)';
+
+CREATE FUNCTION @extschema@.tb_lease_all(name text, buckets text[],
+	costs float8[] DEFAULT NULL, slots integer DEFAULT 1,
+	hold text DEFAULT 'session', ttl interval DEFAULT NULL,
+	reserve float8 DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'tb_lease_all'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_lease_all(text, text[], float8[], integer, text, interval, float8) IS
+	'a lease of a limit and tokens from every bucket named, all or nothing, each keeping its reserve: the lease id, or NULL with nothing taken';
+
+CREATE FUNCTION @extschema@.tb_release(lease bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tb_release'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_release(bigint) IS
+	'free a lease''s slots; false when it held none (released, expired, or its holder gone)';
+
+--
+-- The leases of memory limits held now, for the views; each reader of a
+-- view needs it (see README, Privileges), and it checks that its caller
+-- may read one.
+--
+CREATE FUNCTION @extschema@.tb_memory_leases(OUT name text, OUT lease bigint,
+	OUT slots integer, OUT hold text, OUT holder oid, OUT pid integer,
+	OUT since timestamptz, OUT expires timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'tb_memory_leases'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED ROWS 100;
+
+COMMENT ON FUNCTION @extschema@.tb_memory_leases() IS
+	'every lease of a memory limit held now: its limit, id, slots, hold, holder role and pid, since when, and when its ttl ends';
+
+--
+-- A row per lease held now: the limit (or the name a template made), the
+-- slots, who holds it and since when, until when at most.
+--
+CREATE VIEW @extschema@.tb_leases AS
+SELECT s.name,
+	s.lease,
+	pg_catalog.count(*)::integer AS slots,
+	s.hold,
+	s.holder::pg_catalog.regrole AS holder,
+	s.pid,
+	s.since,
+	s.expires
+FROM @extschema@.tb_lease_slots AS s
+WHERE s.lease IS NOT NULL
+	AND (s.expires IS NULL OR s.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())
+	AND @extschema@.tb_holder_alive(s.pid, s.started, s.xid)
+GROUP BY s.name, s.lease, s.hold, s.holder, s.pid, s.since, s.expires
+UNION ALL
+SELECT m.name, m.lease, m.slots, m.hold, m.holder::pg_catalog.regrole, m.pid,
+	m.since, m.expires
+FROM @extschema@.tb_memory_leases() AS m;
+
+COMMENT ON VIEW @extschema@.tb_leases IS
+	'each lease held now: its limit, slots, hold, holder role and backend pid, since when, and when its ttl ends';
+
+--
+-- The reserve, for critical traffic: a call with reserve => r is granted
+-- only if r of the capacity is left after it.  A form with reserve beside
+-- each form that takes or looks: overloads, not defaults, since each takes
+-- exactly one more argument than any call of the form without it can
+-- pass, so no such call changes meaning or becomes ambiguous (a defaulted
+-- reserve after cost DEFAULT 1 would make tb_try('x') match two
+-- functions).  The STRICT ones give NULL for a NULL reserve, as for any
+-- NULL argument; the others take NULL as none.  tb_take's form with a
+-- reserve is the table store's grant with one; a grant without a reserve
+-- uses the form without.
+--
+CREATE FUNCTION @extschema@.tb_take(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, paused_until timestamptz,
+	cost float8, at timestamptz, reserve float8)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_take'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_take(float8, float8, float8, timestamptz, timestamptz, float8, timestamptz, float8) IS
+	'deficit after taking cost tokens at a moment, or NULL when the bucket is paused or does not hold them and reserve x capacity besides';
+
+CREATE FUNCTION @extschema@.tb_acquire(name text, cost float8, reserve float8)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tb_acquire'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_acquire(text, float8, float8) IS
+	'take cost tokens if the bucket holds them and reserve x capacity besides: true, or false and nothing taken';
+
+CREATE FUNCTION @extschema@.tb_try(name text, cost float8, reserve float8,
+	OUT granted boolean, OUT remaining float8,
+	OUT retry_after interval, OUT reset_after interval,
+	OUT retry_after_seconds float8, OUT reset_after_seconds float8)
+RETURNS record
+AS 'MODULE_PATHNAME', 'tb_try'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_try(text, float8, float8) IS
+	'tb_acquire with a reserve, with the tokens left, the wait until cost tokens and the reserve are there, and the wait until full';
+
+CREATE FUNCTION @extschema@.tb_peek(name text, cost float8, reserve float8,
+	OUT granted boolean, OUT remaining float8,
+	OUT retry_after interval, OUT reset_after interval,
+	OUT retry_after_seconds float8, OUT reset_after_seconds float8)
+RETURNS record
+AS 'MODULE_PATHNAME', 'tb_peek'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.tb_peek(text, float8, float8) IS
+	'what tb_try with a reserve would answer now, without taking, locking or writing anything';
+
+CREATE FUNCTION @extschema@.tb_acquire_all(names text[], costs float8[], reserve float8)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tb_acquire_all'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_acquire_all(text[], float8[], float8) IS
+	'take costs (1 each when NULL) from every bucket named, each keeping reserve x its capacity, or from none';
+
+CREATE FUNCTION @extschema@.tb_try_all(names text[], costs float8[], reserve float8)
+RETURNS TABLE (name text, granted boolean, remaining float8,
+	retry_after interval, reset_after interval,
+	retry_after_seconds float8, reset_after_seconds float8)
+AS 'MODULE_PATHNAME', 'tb_try_all'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 2;
+
+COMMENT ON FUNCTION @extschema@.tb_try_all(text[], float8[], float8) IS
+	'tb_acquire_all with a reserve, with a row per bucket: the decision, tokens left, and each bucket''s waits';
+
+--
+-- One row per bucket and limit as of the moment it is read: a bucket's
+-- settings, tokens, pause, debt and template; a limit's max_in_flight and
+-- the slots held now (its bucket columns NULL), a memory limit's from its
+-- memory leases; and a row per name a template made.  Like tb_buckets,
+-- only the owner reads it until the DBA grants SELECT.
+--
+CREATE VIEW @extschema@.tb_status AS
+WITH m AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_memory_buckets()
+), ml AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_memory_leases()
+), e AS (
+	SELECT @extschema@.tb_memory_empty_at() AS empty_at
+), b AS (
+	-- table buckets, and every template
+	SELECT b.name, b.capacity, b.refill_rate, b.deficit, b.updated_at,
+		b.paused_until, b.template, b.memory
+	FROM @extschema@.tb_buckets AS b
+	WHERE NOT b.memory OR b.name OPERATOR(pg_catalog.~~) '%*'
+	UNION ALL
+	-- named memory buckets: their state, or the state they would start with
+	SELECT b.name, b.capacity, b.refill_rate,
+		CASE WHEN m.name IS NOT NULL THEN m.deficit
+			WHEN e.empty_at OPERATOR(pg_catalog.=) '-infinity' THEN 0
+			ELSE b.capacity END,
+		CASE WHEN m.name IS NOT NULL THEN m.updated_at
+			WHEN e.empty_at OPERATOR(pg_catalog.=) '-infinity' THEN b.updated_at
+			ELSE e.empty_at END,
+		coalesce(m.paused_until, '-infinity'), NULL, true
+	FROM @extschema@.tb_buckets AS b
+	CROSS JOIN e
+	LEFT JOIN m ON m.name OPERATOR(pg_catalog.=) b.name
+	WHERE b.memory AND b.name OPERATOR(pg_catalog.!~~) '%*'
+	UNION ALL
+	-- buckets made from memory templates
+	SELECT m.name, m.capacity, m.refill_rate, m.deficit, m.updated_at,
+		m.paused_until, m.template, true
+	FROM m
+	WHERE m.template IS NOT NULL
+)
+SELECT b.name,
+	b.capacity,
+	b.refill_rate,
+	s.tokens,
+	@extschema@.tb_full_at(b.capacity, b.refill_rate, b.deficit, b.updated_at) AS full_at,
+	CASE WHEN b.paused_until OPERATOR(pg_catalog.>) s.at THEN b.paused_until END AS paused_until,
+	GREATEST(0, OPERATOR(pg_catalog.-) s.tokens) AS debt,
+	b.template,
+	b.name OPERATOR(pg_catalog.~~) '%*' AS is_template,
+	b.memory,
+	NULL::integer AS max_in_flight,
+	NULL::integer AS in_flight
+FROM b,
+	LATERAL (SELECT @extschema@.tb_tokens(b.capacity, b.refill_rate, b.deficit,
+			b.updated_at, c.at) AS tokens, c.at
+		FROM (SELECT pg_catalog.clock_timestamp() AS at) AS c) AS s
+UNION ALL
+SELECT l.name, NULL, NULL, NULL, NULL, NULL, NULL, l.template,
+	l.name OPERATOR(pg_catalog.~~) '%*', l.memory, l.max_in_flight,
+	CASE WHEN l.memory THEN
+		coalesce((SELECT pg_catalog.sum(h.slots) FROM ml AS h
+			WHERE h.name OPERATOR(pg_catalog.=) l.name), 0)::integer
+	ELSE
+		(SELECT pg_catalog.count(*) FROM @extschema@.tb_lease_slots AS h
+			WHERE h.name OPERATOR(pg_catalog.=) l.name AND h.lease IS NOT NULL
+				AND (h.expires IS NULL OR h.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())
+				AND @extschema@.tb_holder_alive(h.pid, h.started, h.xid))::integer
+	END
+FROM (
+	-- limits and templates of limits
+	SELECT n.name, NULL::text AS template, n.max_in_flight, n.memory
+	FROM @extschema@.tb_limits AS n
+	UNION ALL
+	-- names templates made, with their template's settings
+	SELECT k.name, t.name, t.max_in_flight, t.memory
+	FROM (SELECT DISTINCT s.name FROM @extschema@.tb_lease_slots AS s
+		UNION SELECT h.name FROM ml AS h) AS k
+	CROSS JOIN LATERAL (
+		SELECT t.name, t.max_in_flight, t.memory FROM @extschema@.tb_limits AS t
+		WHERE t.name OPERATOR(pg_catalog.~~) '%*'
+			AND pg_catalog.starts_with(k.name, pg_catalog.left(t.name, -1))
+		ORDER BY pg_catalog.octet_length(t.name) DESC LIMIT 1) AS t
+	WHERE NOT EXISTS (SELECT FROM @extschema@.tb_limits AS o
+		WHERE o.name OPERATOR(pg_catalog.=) k.name)
+) AS l;
+
+COMMENT ON VIEW @extschema@.tb_status IS
+	'each bucket''s settings, the tokens it holds now, when it is full, its pause, its debt, its template, whether it is a memory bucket; and each limit''s max_in_flight and the slots held now';
+
+--
+-- Counters, kept in shared memory: of buckets, grants, denials, waits,
+-- timeouts, refunds, pauses and cancelled waits; of limits, leases granted
+-- and refused, lease waits, and the slots freed by tb_release, by their
+-- holder's end, by their ttl, kept apart from the buckets' (a limit and a
+-- bucket may share a name).  A long name is counted under
+-- tb_stats_key(name).  The functions behind the views are not PUBLIC:
+-- each checks that its caller may read a view that shows what it shows,
+-- and whoever may read one is granted the ones it needs, so a role that
+-- may read only tb_template_stats cannot list per-key names.
+--
+CREATE FUNCTION @extschema@.tb_stats_key(name text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'tb_stats_key'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_stats_key(text) IS
+	'the name a bucket''s counters are listed under: the name, or for one over 128 bytes its start and a hash';
+
+CREATE FUNCTION @extschema@.tb_stats_counters(OUT name text, OUT granted bigint,
+	OUT granted_tokens float8, OUT denied bigint, OUT waited bigint,
+	OUT wait_seconds float8, OUT timeouts bigint, OUT refunded_tokens float8,
+	OUT pauses bigint, OUT cancelled bigint, OUT since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'tb_stats_counters'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.tb_stats_counters() IS
+	'the counters of this installation''s named buckets and table templates'' keys, and since when buckets without any count';
+
+CREATE FUNCTION @extschema@.tb_memory_counters(OUT name text, OUT granted bigint,
+	OUT granted_tokens float8, OUT denied bigint, OUT waited bigint,
+	OUT wait_seconds float8, OUT timeouts bigint, OUT refunded_tokens float8,
+	OUT pauses bigint, OUT cancelled bigint, OUT since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'tb_memory_counters'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.tb_memory_counters() IS
+	'the counters of the keys of this installation''s memory templates, kept with each key';
+
+CREATE FUNCTION @extschema@.tb_template_counters(OUT name text, OUT granted bigint,
+	OUT granted_tokens float8, OUT denied bigint, OUT waited bigint,
+	OUT wait_seconds float8, OUT timeouts bigint, OUT refunded_tokens float8,
+	OUT pauses bigint, OUT cancelled bigint, OUT since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'tb_template_counters'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.tb_template_counters() IS
+	'the counters of this installation''s templates: the sums over every bucket made from each';
+
+CREATE FUNCTION @extschema@.tb_memory_templates(OUT template text, OUT keys bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'tb_memory_templates'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.tb_memory_templates() IS
+	'how many keys each memory template of this installation has in shared memory now';
+
+CREATE FUNCTION @extschema@.tb_limit_counters(OUT name text, OUT granted bigint,
+	OUT slots bigint, OUT refused bigint, OUT waited bigint, OUT wait_seconds float8,
+	OUT timeouts bigint, OUT cancelled bigint, OUT released bigint, OUT ended bigint,
+	OUT expired bigint, OUT since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'tb_limit_counters'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED ROWS 100;
+
+COMMENT ON FUNCTION @extschema@.tb_limit_counters() IS
+	'the counters of every limit, limit template and name a limit template made that has them, and a row with a NULL name whose since holds for the others';
+
+-- not STRICT: NULL starts every bucket's counters from zero
+CREATE FUNCTION @extschema@.tb_stats_reset(name text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tb_stats_reset'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_stats_reset(text) IS
+	'start the counters of a bucket (of a template: and of its buckets), or with NULL of every bucket, from zero';
+
+--
+-- A row per bucket and per limit (and per name a limit template made),
+-- templates excepted: its counters, since when they count, its settings
+-- and what it holds now.  For a limit, granted, granted_tokens and denied
+-- count leases, their slots and the leases refused; released, ended and
+-- expired the slots freed each way; max_in_flight and in_flight are as
+-- tb_status shows them.  Bucket rows have these NULL.
+--
+CREATE VIEW @extschema@.tb_stats AS
+WITH c AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_stats_counters()
+	UNION ALL
+	SELECT * FROM @extschema@.tb_memory_counters()
+), l AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_limit_counters()
+), s AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_status AS s WHERE NOT s.is_template
+)
+SELECT s.name,
+	s.memory,
+	s.template,
+	s.capacity,
+	s.refill_rate,
+	coalesce(c.granted, 0) AS granted,
+	coalesce(c.granted_tokens, 0) AS granted_tokens,
+	coalesce(c.denied, 0) AS denied,
+	coalesce(c.waited, 0) AS waited,
+	coalesce(c.wait_seconds, 0) AS wait_seconds,
+	coalesce(c.timeouts, 0) AS timeouts,
+	coalesce(c.refunded_tokens, 0) AS refunded_tokens,
+	coalesce(c.pauses, 0) AS pauses,
+	coalesce(c.since, i.since) AS since,
+	s.tokens,
+	coalesce(c.cancelled, 0) AS cancelled,
+	NULL::integer AS max_in_flight,
+	NULL::integer AS in_flight,
+	NULL::bigint AS released,
+	NULL::bigint AS ended,
+	NULL::bigint AS expired
+FROM s
+CROSS JOIN (SELECT c.since FROM c WHERE c.name IS NULL) AS i
+LEFT JOIN c ON c.name OPERATOR(pg_catalog.=) CASE
+	WHEN pg_catalog.octet_length(s.name) OPERATOR(pg_catalog.<=) 128 THEN s.name
+	ELSE @extschema@.tb_stats_key(s.name) END
+WHERE s.max_in_flight IS NULL
+UNION ALL
+SELECT s.name,
+	s.memory,
+	s.template,
+	NULL,
+	NULL,
+	coalesce(l.granted, 0),
+	coalesce(l.slots, 0)::float8,
+	coalesce(l.refused, 0),
+	coalesce(l.waited, 0),
+	coalesce(l.wait_seconds, 0),
+	coalesce(l.timeouts, 0),
+	0::float8,
+	0::bigint,
+	coalesce(l.since, i.since),
+	NULL,
+	coalesce(l.cancelled, 0),
+	s.max_in_flight,
+	s.in_flight,
+	coalesce(l.released, 0),
+	coalesce(l.ended, 0),
+	coalesce(l.expired, 0)
+FROM s
+CROSS JOIN (SELECT l.since FROM l WHERE l.name IS NULL) AS i
+LEFT JOIN l ON l.name OPERATOR(pg_catalog.=) CASE
+	WHEN pg_catalog.octet_length(s.name) OPERATOR(pg_catalog.<=) 128 THEN s.name
+	ELSE @extschema@.tb_stats_key(s.name) END
+WHERE s.max_in_flight IS NOT NULL;
+
+COMMENT ON VIEW @extschema@.tb_stats IS
+	'each bucket''s and limit''s counters since the server started (kept across a clean restart) or tb_stats_reset, with its settings and what it holds now';
+
+--
+-- A row per template: the counters of every bucket made from it, purged
+-- ones included, and how many there are now; one look per template,
+-- whatever the number of keys.
+--
+CREATE VIEW @extschema@.tb_template_stats AS
+WITH c AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_template_counters()
+), made AS (
+	SELECT b.template, pg_catalog.count(*) AS buckets FROM @extschema@.tb_buckets AS b
+	WHERE b.template IS NOT NULL GROUP BY b.template
+)
+SELECT t.name AS template,
+	t.memory,
+	coalesce(CASE WHEN t.memory THEN k.keys ELSE made.buckets END, 0) AS buckets,
+	coalesce(c.granted, 0) AS granted,
+	coalesce(c.granted_tokens, 0) AS granted_tokens,
+	coalesce(c.denied, 0) AS denied,
+	coalesce(c.waited, 0) AS waited,
+	coalesce(c.wait_seconds, 0) AS wait_seconds,
+	coalesce(c.timeouts, 0) AS timeouts,
+	coalesce(c.refunded_tokens, 0) AS refunded_tokens,
+	coalesce(c.pauses, 0) AS pauses,
+	coalesce(c.since, i.since) AS since,
+	coalesce(c.cancelled, 0) AS cancelled
+FROM @extschema@.tb_buckets AS t
+CROSS JOIN (SELECT c.since FROM c WHERE c.name IS NULL) AS i
+LEFT JOIN c ON c.name OPERATOR(pg_catalog.=) t.name
+LEFT JOIN made ON made.template OPERATOR(pg_catalog.=) t.name
+LEFT JOIN @extschema@.tb_memory_templates() AS k ON k.template OPERATOR(pg_catalog.=) t.name
+WHERE t.name OPERATOR(pg_catalog.~~) '%*';
+
+COMMENT ON VIEW @extschema@.tb_template_stats IS
+	'each template''s counters: the sums over every bucket made from it, and how many there are now';
+
+--
+-- Managing buckets and limits.  These change what every client may do, so
+-- only the owner may call them until the DBA grants them (see README).
+--
+CREATE FUNCTION @extschema@.tb_create(name text, capacity float8, refill float8,
+	per interval DEFAULT '1 second', memory boolean DEFAULT false)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tb_create'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_create(text, float8, float8, interval, boolean) IS
+	'create a full bucket holding at most capacity tokens that gains refill tokens every per; with memory, in shared memory';
+
+CREATE FUNCTION @extschema@.tb_alter(name text, capacity float8 DEFAULT NULL,
+	refill float8 DEFAULT NULL, per interval DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tb_alter'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_alter(text, float8, float8, interval) IS
+	'change the settings given (NULL keeps one), keeping the tokens held, capped at capacity';
+
+CREATE FUNCTION @extschema@.tb_reset(name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tb_reset'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_reset(text) IS 'fill the bucket';
+
+CREATE FUNCTION @extschema@.tb_drop(name text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tb_drop'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_drop(text) IS
+	'remove the bucket: true, or false when there was none';
+
+CREATE FUNCTION @extschema@.tb_create_limit(name text, max_in_flight integer,
+	memory boolean DEFAULT false)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tb_create_limit'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_create_limit(text, integer, boolean) IS
+	'a limit of at most max_in_flight slots leased at once (a name ending in * is a template); with memory, its leases live in shared memory';
+
+CREATE FUNCTION @extschema@.tb_alter_limit(name text, max_in_flight integer)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tb_alter_limit'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_alter_limit(text, integer) IS
+	'a new max_in_flight for the limit (a template: for every name it makes); leases held are kept';
+
+--
+-- Grants.  What spends, looks and leases is PUBLIC, like any new function;
+-- the tables and views are the owner's until the DBA grants them.
+--
+-- Making and changing buckets and limits, purging and resetting counters
+-- change what every client may do.
+REVOKE ALL ON FUNCTION @extschema@.tb_create(text, float8, float8, interval, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_alter(text, float8, float8, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_reset(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_drop(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_purge(interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_create_limit(text, integer, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_alter_limit(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_stats_reset(text) FROM PUBLIC;
+
+-- What gives tokens back, takes them for others or stops everyone: one
+-- compromised login could lift or stop every limit.  The DBA grants them
+-- to the roles that settle calls (README).
+REVOKE ALL ON FUNCTION @extschema@.tb_refund(text, float8) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_settle(text, float8, float8) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_sync(text, float8) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_pause(text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_pause_until(text, timestamptz) FROM PUBLIC;
+
+-- The triggers are tb_buckets' and tb_limits' alone: no role may call
+-- them, or make a trigger of them (they refuse to run for any other table,
+-- too).
+REVOKE ALL ON FUNCTION @extschema@.tb_buckets_changed() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_limits_changed() FROM PUBLIC;
+
+-- What the views are built on goes to whoever may read them, with them.
+REVOKE ALL ON FUNCTION @extschema@.tb_memory_buckets() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_memory_leases() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_stats_counters() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_memory_counters() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_template_counters() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_memory_templates() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_limit_counters() FROM PUBLIC;
