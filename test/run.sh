@@ -24,7 +24,8 @@
 #                 naming and mapping PL/Proxy accepts
 #   stats         proxy/test/stats.sh: counters summed over the shards
 #   errors        proxy/test/errors.sh: a shard's errors through the proxy, as
-#                 raised directly, on a connection kept
+#                 raised directly, on a connection kept; a fresh install
+#                 the same as each earlier version updated
 #   hung          proxy/test/hung.sh: a shard that does not answer, stopped
 #                 or restarted: class 08 within the bound the DBA sets
 #   setup         proxy/test/setup.sh: README.md's proxy set-up, as written,
