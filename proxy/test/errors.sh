@@ -6,14 +6,16 @@
 # of a direct call; that 2,000 calls for unknown names, in one proxy
 # session, open no more shard sessions than 2,000 good calls and take at
 # most twice as long (PL/Proxy used to drop its connection after each
-# error); that an update from 1.2 keeps who may refund, and that a shard
-# without tokenbucket_shard says what to create.  Prints what a good call
-# costs each side, against PL/Proxy's plain call.  Prints TAP.
+# error); that an update from 1.2 keeps who may refund; that a fresh
+# install has the objects of every earlier version updated
+# (proxy/test/upgrade.sql); and that a shard without tokenbucket_shard says
+# what to create.  Prints what a good call costs each side, against
+# PL/Proxy's plain call.  Prints TAP.
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 source "$TOP/proxy/test/tap.sh"
 
-echo "1..6"
+echo "1..7"
 px_init
 for s in a proxy; do px_server "$s"; done
 px_cluster tb a:tb_p0 a:tb_p1 2>/dev/null
@@ -167,7 +169,23 @@ else
 	not_ok "the update's grants" "$got"
 fi
 
-# 5. a shard without tokenbucket_shard: the error says what to create
+# 5. a fresh install (tokenbucket_proxy--<default>.sql alone) has the
+# objects of an install of each earlier version updated: definitions,
+# bodies to the character, comments, privileges
+P -c "CREATE DATABASE tb_installs" >/dev/null
+out=$(px_psql proxy tb_installs -f "$TOP/proxy/test/upgrade.sql" 2>&1) || true
+default=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$TOP/proxy/tokenbucket_proxy.control")
+objects=$(sed -n "s/^installed $default, \([0-9]*\) objects$/\1/p" <<<"$out")
+updated=$(sed -n 's/^from \([0-9.]*\): 0 differences$/\1/p' <<<"$out" | paste -sd ' ')
+if [ -n "$objects" ] && [ "$(wc -w <<<"$updated")" -ge 3 ] &&
+	[ "$(grep -vcx 'from [0-9.]*: 0 differences' <<<"$out")" -eq 1 ]; then
+	ok "a fresh install of $default has the $objects objects of each of $updated, installed and updated"
+else
+	mapfile -t lines < <(head -n 40 <<<"$out")
+	not_ok "a fresh install differs from an update" "${lines[@]}"
+fi
+
+# 6. a shard without tokenbucket_shard: the error says what to create
 px_psql a tb_p1 -c 'DROP EXTENSION tokenbucket_shard' || true
 name=$(P -c "SELECT n FROM (SELECT 'x' || i AS n FROM generate_series(1, 50) AS i) AS s
              WHERE tb_shard(n) = 1 LIMIT 1")
@@ -179,5 +197,5 @@ else
 	not_ok "a shard without tokenbucket_shard" "$out"
 fi
 
-# 6. nothing left running
+# 7. nothing left running
 px_test_stopped
