@@ -57,9 +57,15 @@ typedef struct RoutedCall
 
 static RoutedCall routed_calls[ROUTED_CALLS_KEPT];
 static int	nrouted_calls = 0;
-static bool routed_callback_set = false;
 
-/* A function was changed, made or dropped: look every one up again. */
+/* what routed_calls[] point to: reset when the list starts again */
+static MemoryContext routed_calls_context = NULL;
+
+/*
+ * A function was changed, made or dropped: look every one up again.  What
+ * the list kept is freed when it starts again, not here: a call under way
+ * may still be using it.
+ */
 static void
 routed_calls_forget(Datum arg, int cacheid, uint32 hashvalue)
 {
@@ -107,25 +113,32 @@ routed_call_of(FunctionCallInfo fcinfo)
 	RoutedCall *call;
 	MemoryContext old;
 	TupleDesc	desc;
+	Oid			target;
 
 	for (int i = 0; i < nrouted_calls; i++)
 		if (routed_calls[i].routed == routed)
 			return &routed_calls[i];
-	if (!routed_callback_set)
+	if (routed_calls_context == NULL)
 	{
 		CacheRegisterSyscacheCallback(PROCOID, routed_calls_forget, (Datum) 0);
-		routed_callback_set = true;
+		routed_calls_context = AllocSetContextCreate(TopMemoryContext,
+													 "tokenbucket routed calls",
+													 ALLOCSET_SMALL_SIZES);
 	}
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE ||
 		desc->natts != 2)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_FUNCTION_DEFINITION),
 				 errmsg("a routed call of tokenbucket must return (result, error text[])")));
+	target = routed_target(routed);
 	if (nrouted_calls == ROUTED_CALLS_KEPT)
 		nrouted_calls = 0;		/* more than a shard calls: start again */
+	/* the list starts again: nothing it kept is used any more */
+	if (nrouted_calls == 0)
+		MemoryContextReset(routed_calls_context);
 	call = &routed_calls[nrouted_calls];
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	fmgr_info_cxt(routed_target(routed), &call->target, TopMemoryContext);
+	old = MemoryContextSwitchTo(routed_calls_context);
+	fmgr_info_cxt(target, &call->target, routed_calls_context);
 	call->result = BlessTupleDesc(CreateTupleDescCopy(desc));
 	MemoryContextSwitchTo(old);
 	call->routed = routed;

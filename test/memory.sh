@@ -22,13 +22,19 @@
 #     most 32 kB over ten such grants (what a rollback needs is kept per
 #     bucket and (sub)transaction; 1.4 kept 201 bytes a grant), and the
 #     rollback gives every token back
+#  6  100,000 changes to a function (CREATE OR REPLACE FUNCTION pg_temp.f(),
+#     which resets every backend's list of routed calls), each followed by
+#     a routed call (tokenbucket_shard's tb_routed_acquire): the backend's
+#     memory grows by at most 32 kB (until issue 44, each reset kept a
+#     FmgrInfo and a TupleDesc more: 1 kB a change, 100 MB here), and
+#     every call is granted
 set -euo pipefail
 : "${MEMORY_CALLS:=20000}"
 DB=tb_memory
 WORK=$(mktemp -d)
 chmod 755 "$WORK"
 trap 'rm -rf "$WORK"; dropdb --if-exists "$DB" >/dev/null 2>&1 || true' EXIT
-echo "1..5"
+echo "1..6"
 
 createdb "$DB"
 psql -X -A -t -q -v ON_ERROR_STOP=1 -v calls="$MEMORY_CALLS" -d "$DB" >"$WORK/flat.out" 2>&1 <<'SQL' || true
@@ -213,4 +219,42 @@ if [[ ${grew:-} =~ ^-?[0-9]+$ ]] && [ "$grew" -le 32768 ] && [ "${tokens:-}" = 1
 else
 	echo "not ok 5 - a million grants in one statement: memory grew ${grew:-?} bytes (at most 32768), tokens after rollback ${tokens:-?} (1000000000)"
 	sed 's/^/# /' "$WORK/onexact.out" | tail -n 20
+fi
+
+# 6: the changes and the routed calls in one session, committing every
+# 1000 (a change in any other session resets the list the same way)
+psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DB" >"$WORK/routed.out" 2>&1 <<'SQL' || true
+CREATE EXTENSION tokenbucket_shard;
+SELECT tb_create('routed', 1e9, 1, '1 hour') \g /dev/null
+-- churn(n, granted): n times, a change to a function then a routed call;
+-- granted counts the calls that answered (true, no error)
+CREATE PROCEDURE churn(n int, INOUT granted int) LANGUAGE plpgsql AS $$
+DECLARE
+	r tb_routed_result_boolean;
+BEGIN
+	granted := 0;
+	FOR i IN 1 .. n LOOP
+		CREATE OR REPLACE FUNCTION pg_temp.f() RETURNS int LANGUAGE sql AS 'SELECT 1';
+		r := tb_routed_acquire('routed');
+		IF r.result AND r.error IS NULL THEN
+			granted := granted + 1;
+		END IF;
+		IF i % 1000 = 0 THEN
+			COMMIT;
+		END IF;
+	END LOOP;
+	COMMIT;
+END $$;
+CALL churn(1000, 0) \g /dev/null
+SELECT used() AS before \gset
+CALL churn(100000, 0) \gset
+SELECT used() - :before AS grew \gset
+SELECT :grew || ' ' || :granted;
+SQL
+read -r grew granted < <(tail -n 1 "$WORK/routed.out") || true
+if [[ ${grew:-} =~ ^-?[0-9]+$ ]] && [ "$grew" -le 32768 ] && [ "${granted:-}" = 100000 ]; then
+	echo "ok 6 - 100,000 function changes, each followed by a routed call: backend memory grew $grew bytes (at most 32768), all 100000 calls granted"
+else
+	echo "not ok 6 - 100,000 function changes and routed calls: backend memory grew ${grew:-?} bytes (at most 32768), ${granted:-?} calls granted (100000)"
+	sed 's/^/# /' "$WORK/routed.out" | tail -n 20
 fi
