@@ -33,6 +33,9 @@
  * Lease ids are below zero (table leases' above): minus a sequence's value
  * times 2^20 plus the record's index, above -2^53.
  *
+ * Names made from templates hold at most their shares of the records, so
+ * one session's made-up names leave room for others (lease_pool.c).
+ *
  * src/lease_memory.c
  *
  *-------------------------------------------------------------------------
@@ -44,6 +47,7 @@
 #include "commands/trigger.h"
 #include "common.h"
 #include "lease_memory.h"
+#include "lease_pool.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "shmem.h"
@@ -158,7 +162,8 @@ lease_shmem_size(void)
 {
 	return add_size(add_size(offsetof(LeaseShared, leases),
 							 mul_size(max_memory_leases, sizeof(MemoryLease))),
-					shmem_hash_size(max_memory_leases, sizeof(LimitEntry)));
+					add_size(shmem_hash_size(max_memory_leases, sizeof(LimitEntry)),
+							 lease_pool_size(max_memory_leases)));
 }
 
 /* SharedArea locks: one. */
@@ -180,6 +185,7 @@ lease_attach(LWLockPadded *locks)
 								&found);
 	limit_hash = shmem_hash("tokenbucket limits", max_memory_leases, sizeof(SharedKey),
 							sizeof(LimitEntry), shared_key_hash, shared_key_match, 0);
+	lease_pool_attach(max_memory_leases);
 	if (found)
 		return;
 	lease_shared->lock = &locks[0].lock;
@@ -380,6 +386,7 @@ free_record(int index, WakeList *wake, bool remove, FreedBy by, TimestampTz now)
 	if (lease->next >= 0)
 		lease_shared->leases[lease->next].prev = lease->prev;
 	limit->held -= lease->slots;
+	lease_pool_freed(&limit->key, limit->template_len, lease->pid, lease->started);
 	wake_add(wake, limit,
 			 by == FREED_BY_END && !expired ? lease->slots : 0,
 			 by == FREED_BY_END && expired ? lease->slots : 0);
@@ -690,6 +697,7 @@ report_no_room(void)
  * in *lease), the limit full (*ready: when its first ttl passes), or
  * stale (a limit was dropped since ask->generation: look it up again).
  * Expired leases and those of holders gone are freed when it is full.
+ * Refused (53200) when the pool, or a share of it, is full.
  */
 MemoryLeaseTaken
 lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
@@ -703,6 +711,8 @@ lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
 	int			index;
 	int64		id;
 	int32		released = 0;
+	int			template_len;
+	PoolShare	full = POOL_ROOM;
 	WakeList	wake = {0};
 
 	lease_memory_require();
@@ -736,13 +746,15 @@ lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
 		limit->stats_relid = ask->stats_relid;
 		limit->first = -1;
 	}
+	template_len = limit->template_len;
 	if (!fits(limit, ask, 0))
 	{
 		sweep(limit, now, &wake);
 		released = released_here(limit);
 	}
 	index = lease_shared->free;
-	if (!fits(limit, ask, released) || index < 0)
+	if (!fits(limit, ask, released) || index < 0 ||
+		(full = lease_pool_take(&key, template_len)) != POOL_ROOM)
 	{
 		*ready = first_expiry(limit);
 		if (limit->first < 0)
@@ -752,6 +764,7 @@ lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
 		wake_all(&wake);
 		if (index < 0)
 			report_no_room();
+		lease_pool_refuse(full, &key, template_len);
 		return MEMORY_LEASE_FULL;
 	}
 	record = &lease_shared->leases[index];
@@ -974,7 +987,7 @@ lease_memory_init(void)
 		return;
 	DefineCustomIntVariable("tokenbucket.max_memory_leases",
 							"Most leases of memory limits held at once.",
-							"Each takes shared memory from the start.",
+							"Each takes shared memory from the start; templates' names hold shares of them.",
 							&max_memory_leases,
 							10000, 16, MAX_LEASES,
 							PGC_POSTMASTER, 0,
