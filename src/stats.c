@@ -23,11 +23,14 @@
  * store keeps itself, with what a rollback would give back, and only
  * their template's is pending here (stats_count_template).  When the hash is full, the clock takes
  * the entry of a key used longest ago (a few partitions at a time,
- * without waiting for a busy one); named buckets' entries go only when
- * there is no key's left, templates' never.  A count for an entry that
- * went is added to a new one: it is never dropped, only its "since" is
- * new.  No call takes an exclusive lock but to make an entry, and no scan
- * is ever made on a call's behalf.
+ * without waiting for a busy one), or if those were all used lately, the
+ * first key's it meets: while a key has an entry, no count lacks room.
+ * Named buckets' entries go only when there is no key's left, templates'
+ * never.  A count for an entry that went is added to a new one: it is
+ * never dropped, only its "since" is new (with no room at all, a WARNING
+ * says so).  No call takes an exclusive lock but to make an entry, and no
+ * scan is ever made on a call's behalf but past templates' and named
+ * buckets' entries to a key's.
  *
  * Names longer than an entry holds (128 bytes) are kept under their first
  * 120 bytes and a 64-bit hash of the whole name (shmem.c's long keys);
@@ -355,43 +358,73 @@ remove_entry(StatsEntry *entry)
 }
 
 /*
+ * The clock in "partition" (its lock held exclusively): remove the first
+ * entry of kind "victim" not counted in since the clock last passed it
+ * among the next CLOCK_ENTRIES, giving the others a second chance; with
+ * "force", the first of that kind at all (the partition's other entries,
+ * templates' and named buckets', are as many as the DBA made).
+ */
+static bool
+clock_partition(StatsPartition *partition, StatsKind victim, bool force)
+{
+	StatsEntry *start = partition->hand ? partition->hand : partition->head;
+	StatsEntry *entry = start;
+	int			n = 0;
+
+	if (start == NULL)
+		return false;
+	do
+	{
+		partition->hand = entry->next;
+		if (entry->kind == victim)
+		{
+			if (force || !entry->used)
+			{
+				remove_entry(entry);
+				return true;
+			}
+			entry->used = false;	/* a second chance */
+		}
+		entry = entry->next ? entry->next : partition->head;
+	} while (force ? entry != start : ++n < CLOCK_ENTRIES);
+	return false;
+}
+
+/*
  * The clock: remove the entry of a key counted in longest ago (of a named
- * bucket, when no key has one and "named" allows) for room.  False when
- * the partitions it looks in this time hold none.  The caller holds no
+ * bucket, when no key has one and "named" allows) for room.  Without
+ * "force", it looks in a few partitions, none it would wait for, and
+ * false says they hold none not counted in lately; with it, in all, for
+ * any such entry: false says there is none.  The caller holds no
  * partition lock.
  */
 static bool
-evict_one(bool named)
+evict_one(bool named, bool force)
 {
 	bool		keys = pg_atomic_read_u32(&shared->keys) > 0;
+	int			partitions = force ? STATS_PARTITIONS :
+		CLOCK_PARTITIONS * (keys ? 1 : STATS_PARTITIONS);
+	uint32		first = force ? pg_atomic_read_u32(&shared->clock) : 0;
 
 	if (!keys && !named)
 		return false;
-	for (int i = 0; i < CLOCK_PARTITIONS * (keys ? 1 : STATS_PARTITIONS); i++)
+	for (int i = 0; i < partitions; i++)
 	{
-		uint32		p = pg_atomic_fetch_add_u32(&shared->clock, 1) % STATS_PARTITIONS;
-		StatsPartition *partition = &shared->partitions[p];
-		bool		evicted = false;
+		/* forced: each partition once, from where the clock is */
+		uint32		p = (force ? first + i :
+						 pg_atomic_fetch_add_u32(&shared->clock, 1)) % STATS_PARTITIONS;
+		LWLock	   *lock = &shared->locks[p].lock;
+		bool		evicted;
 
-		if (partition->head == NULL ||
-			!LWLockConditionalAcquire(&shared->locks[p].lock, LW_EXCLUSIVE))
+		if (shared->partitions[p].head == NULL)
 			continue;
-		for (int n = 0; n < CLOCK_ENTRIES && partition->head != NULL && !evicted; n++)
-		{
-			StatsEntry *entry = partition->hand ? partition->hand : partition->head;
-
-			partition->hand = entry->next;
-			if (entry->kind != (keys ? STATS_KEY : STATS_NAMED))
-				continue;
-			if (entry->used)
-				entry->used = false;	/* a second chance */
-			else
-			{
-				remove_entry(entry);
-				evicted = true;
-			}
-		}
-		LWLockRelease(&shared->locks[p].lock);
+		if (force)
+			LWLockAcquire(lock, LW_EXCLUSIVE);
+		else if (!LWLockConditionalAcquire(lock, LW_EXCLUSIVE))
+			continue;
+		evicted = clock_partition(&shared->partitions[p], keys ? STATS_KEY : STATS_NAMED,
+								  force);
+		LWLockRelease(lock);
 		if (evicted)
 			return true;
 	}
@@ -400,8 +433,9 @@ evict_one(bool named)
 
 /*
  * Add "delta" to the entry of "key" (whose hash is "hashcode"), made
- * (counting from "since") if it has none; false when there is no room for
- * it even after the clock.
+ * (counting from "since") if it has none; false only when no entry can
+ * make room for it (a key's entry for any, a named bucket's for all but
+ * keys): every one is a template's, or a named bucket's for a key.
  */
 static bool
 count_in_hashed(const SharedKey *key, uint32 hashcode, StatsKind kind, int template_len,
@@ -411,7 +445,7 @@ count_in_hashed(const SharedKey *key, uint32 hashcode, StatsKind kind, int templ
 	StatsEntry *entry;
 	bool		found;
 
-	for (int attempt = 0; attempt < 3; attempt++)
+	for (;;)
 	{
 		LWLockAcquire(lock, LW_SHARED);
 		entry = hash_search_with_hash_value(hash, key, hashcode, HASH_FIND, NULL);
@@ -451,11 +485,15 @@ count_in_hashed(const SharedKey *key, uint32 hashcode, StatsKind kind, int templ
 		LWLockRelease(lock);
 		if (entry != NULL)
 			continue;			/* made (or found): count in it */
-		/* full: a key's entry makes room, a named one's only for these */
-		if (!evict_one(kind != STATS_KEY))
+
+		/*
+		 * full: a key's entry makes room, a named one's only for these; one
+		 * counted in lately if need be.  Each turn removes an entry: another
+		 * backend that took the room made progress.
+		 */
+		if (!evict_one(kind != STATS_KEY, false) && !evict_one(kind != STATS_KEY, true))
 			return false;
 	}
-	return false;
 }
 
 /* count_in_hashed() for a key whose hash the caller has not kept. */
@@ -681,6 +719,26 @@ stats_count_template(Oid relid, text *name, int template_len,
 }
 
 /*
+ * Say, unless "kept", that counts found no room (once a transaction: a
+ * flood of them says it once).
+ */
+static void
+report_lost(bool kept)
+{
+	static uint64 reported = 0;
+
+	if (kept || reported == xact_seq)
+		return;
+	reported = xact_seq;
+	ereport(WARNING,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("no room in the counters: counts of buckets or limits are lost"),
+			 errdetail("Templates and named buckets and limits take all %d entries of tokenbucket.max_stats_buckets, and only keys' entries make room for others.",
+					   max_stats_buckets),
+			 errhint("Raise tokenbucket.max_stats_buckets and restart the server.")));
+}
+
+/*
  * Add "delta" for bucket or limit "name" ("len" bytes) of installation
  * "relid" to shared memory now, and to its template's counters
  * ("template_len": the length of its name, 0: none): for what happens
@@ -692,30 +750,33 @@ stats_count_now(Oid relid, const char *name, int len, int template_len,
 				const StatsCounters *delta, TimestampTz now)
 {
 	SharedKey	key;
+	bool		kept = true;
 
 	if (!stats_enabled())
 		return;
 	if (template_len > 0)
 	{
 		template_key(&key, relid, name, template_len);
-		(void) count_in(&key, STATS_TEMPLATE, 0, delta, now);
+		kept = count_in(&key, STATS_TEMPLATE, 0, delta, now);
 	}
 	shared_key_long(&key, relid, name, len);
-	(void) count_in(&key, template_len > 0 ? STATS_KEY : STATS_NAMED, template_len,
-					delta, now);
+	kept &= count_in(&key, template_len > 0 ? STATS_KEY : STATS_NAMED, template_len,
+					 delta, now);
+	report_lost(kept);
 }
 
 /*
  * Add what a pending count holds to its entries: its template's, and its
- * own (here, or its sink).
+ * own (here, or its sink).  False when some found no room.
  */
-static void
+static bool
 flush_one(Pending *pending)
 {
 	const SharedKey *key = &pending->id.key;
+	bool		kept = true;
 
 	if (pending->template_len > 0)
-		(void) count_in_hashed(&pending->template, pending->template_hashcode,
+		kept = count_in_hashed(&pending->template, pending->template_hashcode,
 							   STATS_TEMPLATE, 0, &pending->counters, pending->at);
 	if (pending->sink != NULL)
 		pending->sink(key, &pending->counters, pending->at);
@@ -726,23 +787,27 @@ flush_one(Pending *pending)
 			pending->hashcode = get_hash_value(hash, key);
 			pending->hashed = true;
 		}
-		(void) count_in_hashed(key, pending->hashcode,
-							   pending->is_template ? STATS_TEMPLATE :
-							   pending->template_len > 0 ? STATS_KEY : STATS_NAMED,
-							   pending->template_len, &pending->counters, pending->at);
+		kept &= count_in_hashed(key, pending->hashcode,
+								pending->is_template ? STATS_TEMPLATE :
+								pending->template_len > 0 ? STATS_KEY : STATS_NAMED,
+								pending->template_len, &pending->counters, pending->at);
 	}
+	return kept;
 }
 
 /* Add every pending count to shared memory ("abort": only what stays). */
 static void
 flush(bool abort)
 {
+	bool		kept = true;
+
 	for (int i = 0; i < nmade; i++)
 	{
 		if (abort)
 			counters_roll_back(&made[i]->counters);
-		flush_one(made[i]);
+		kept &= flush_one(made[i]);
 	}
+	report_lost(kept);
 }
 
 /*
