@@ -56,6 +56,7 @@
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "storage/ipc.h"
+#include "storage/proc.h"
 #include "storage/procarray.h"
 #include "utils/acl.h"
 #include "utils/backend_status.h"
@@ -121,32 +122,60 @@ lease_key(int64 lease)
 }
 
 /*
+ * The index in the server's array of backend status entries of the
+ * backend whose PGPROC is "proc" (the array is indexed so: see
+ * pgstat_beinit()).
+ */
+#if PG_VERSION_NUM >= 170000
+#define STATUS_INDEX(proc) ((int) GetNumberFromPGProc(proc))
+#else
+#define STATUS_INDEX(proc) ((int) (proc)->backendId - 1)
+#endif
+
+/*
  * Whether the backend of process "pid" that started at "started" still
- * runs: this one, or one the server's backend status lists with that
- * start (a pid alone could be a later backend's).
+ * runs: this one, or the one that has that pid now, if its entry in the
+ * server's backend status says it started then (a pid alone could be a
+ * later backend's).  The entry is read live, in shared memory, where this
+ * backend's own is: what pg_stat_activity reads is a copy taken once per
+ * transaction, which knows no backend started since (a holder that
+ * connected after it would count as gone).
  */
 static bool
 backend_alive(int pid, TimestampTz started)
 {
-	int			n;
+	PGPROC	   *proc;
+	int			index;
+	volatile PgBackendStatus *entry;
+	int			entry_pid;
+	TimestampTz entry_started;
 
 	if (pid == MyProcPid)
 		return started == MyStartTimestamp;
-	if (BackendPidGetProc(pid) == NULL)
+	proc = BackendPidGetProc(pid);
+	if (proc == NULL)
 		return false;			/* the common case of a dead holder: no look */
-	n = pgstat_fetch_stat_numbackends();
-	for (int i = 1; i <= n; i++)
+	if (MyBEEntry == NULL)
+		elog(ERROR, "this backend has no backend status entry");
+	/* a holder is a regular backend; anything else (it went meanwhile) is not */
+	index = STATUS_INDEX(proc);
+	if (index < 0 || index >= MaxBackends)
+		return false;
+	entry = MyBEEntry - STATUS_INDEX(MyProc) + index;
+	for (;;)
 	{
-#if PG_VERSION_NUM >= 170000
-		LocalPgBackendStatus *local = pgstat_get_local_beentry_by_index(i);
-#else
-		LocalPgBackendStatus *local = pgstat_fetch_stat_local_beentry(i);
-#endif
+		int			before;
+		int			after;
 
-		if (local != NULL && local->backendStatus.st_procpid == pid)
-			return local->backendStatus.st_proc_start_timestamp == started;
+		pgstat_begin_read_activity(entry, before);
+		entry_pid = entry->st_procpid;
+		entry_started = entry->st_proc_start_timestamp;
+		pgstat_end_read_activity(entry, after);
+		if (pgstat_read_activity_complete(before, after))
+			break;
+		CHECK_FOR_INTERRUPTS();
 	}
-	return false;
+	return entry_pid == pid && entry_started == started;
 }
 
 /*
