@@ -228,14 +228,21 @@ CREATE ROLE regress_tb_lease_other;
 GRANT USAGE ON SCHEMA public TO regress_tb_lease_worker, regress_tb_lease_other;
 SET ROLE regress_tb_lease_worker;
 SELECT tb_lease('api') AS w \gset
+SELECT tb_lease('api') AS gone \gset
+SELECT tb_release(:gone) AS released;
 SELECT tb_create_limit('mine', 100, :memory);
 SELECT tb_alter_limit('api', 100);
 SELECT * FROM tb_leases;
 SELECT * FROM tb_limits;
 -- whether a holder exists tells nothing of any limit: PUBLIC, for the views
 SELECT tb_holder_alive(NULL, NULL, NULL) AS nobody;
+-- a lease that is not the caller's to release answers as an id that holds
+-- nothing: false, no error, nothing that tells which ids are held (nor
+-- its limit's name); the lease stays held
 SET ROLE regress_tb_lease_other;
-SELECT tb_release(:w);
+SELECT tb_release(:w) AS not_mine, tb_release(:gone) AS released_before;
+RESET ROLE;
+SELECT pg_temp.held('api') AS still_held;
 SET ROLE regress_tb_lease_worker;
 SELECT tb_release(:w) AS own;
 SELECT tb_lease('api') AS w2 \gset

@@ -1297,18 +1297,6 @@ tb_lease_wait(PG_FUNCTION_ARGS)
 }
 
 /*
- * The limit of lease $1 (of key $3), if it is held: its ttl has not passed
- * at $2, and its holder exists.
- */
-static KeptPlan lease_plan = {
-	.sql = "SELECT name FROM %1$s.tb_lease_slots"
-	" WHERE key OPERATOR(pg_catalog.=) $3 AND lease OPERATOR(pg_catalog.=) $1"
-	" AND (expires IS NULL OR expires OPERATOR(pg_catalog.>) $2)"
-	" AND %1$s.tb_holder_alive(pid, started, xid) LIMIT 1",
-	.nargs = 3, .argtypes = {INT8OID, TIMESTAMPTZOID, INT4OID}
-};
-
-/*
  * Free the slots of lease $1 (of key $5), held (its ttl not passed at $4,
  * its holder there), if the caller, $3, may: the DBA ($2), the holder's
  * role, or a member of it ("since" stays: when the slot was last leased,
@@ -1328,17 +1316,6 @@ static KeptPlan release_plan = {
 	" RETURNING name",
 	.nargs = 5, .argtypes = {INT8OID, BOOLOID, OIDOID, TIMESTAMPTZOID, INT4OID}
 };
-
-/* Fail: lease of limit "name" held by a role the caller may not act for. */
-static void
-report_not_holder(const char *name)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("permission denied to release a lease of limit \"%s\"", name),
-			 errdetail("The lease is held by another role."),
-			 errhint("A lease is released by its holder's role, a member of it, or the extension's owner.")));
-}
 
 /*
  * tb_release() of a memory lease: freed when the transaction commits, in
@@ -1363,8 +1340,7 @@ release_memory(FunctionCallInfo fcinfo, int64 id)
 						&(StatsCounters) {.released = slots});
 			return true;
 		case MEMORY_RELEASE_DENIED:
-			report_not_holder(name);
-			break;
+			/* answered as an id that holds nothing: see tb_release() */
 		case MEMORY_RELEASE_NONE:
 			break;
 	}
@@ -1376,7 +1352,9 @@ PG_FUNCTION_INFO_V1(tb_release);
 /*
  * tb_release(lease): free the lease's slots; false when it held none (it
  * was released, its ttl passed, or its holder is gone).  Its holder's
- * role (or a member of it) may, and the extension's owner.
+ * role (or a member of it) may, and the extension's owner; to anyone else
+ * a lease held is answered as one that holds nothing (false, no error),
+ * so that neither its limit nor whether it is held shows.
  */
 Datum
 tb_release(PG_FUNCTION_ARGS)
@@ -1412,11 +1390,6 @@ tb_release(PG_FUNCTION_ARGS)
 		count_limit(&(LeaseAsk) {.relid = relid, .limits = installation_limits(fcinfo),
 					.name = name, .template_len = -1},
 					&(StatsCounters) {.released = slots});
-	}
-	else if (plan_run(&lease_plan, relid, (Datum[]) {args[0], args[3], args[4]}, NULL) > 0)
-	{
-		/* held, not past its ttl, and not the caller's to release */
-		report_not_holder(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
 	}
 	spi_end(&session);
 	PG_RETURN_BOOL(freed);
