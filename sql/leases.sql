@@ -265,4 +265,21 @@ SELECT tb_lease('plain') IS NOT NULL AS granted, tb_lease('plain') IS NULL AS re
 INSERT INTO tb_limits VALUES ('zero', 0, :memory);
 INSERT INTO tb_limits VALUES ('', 1, :memory);
 
+-- a limit's kind is chosen when it is made: an UPDATE of memory is
+-- refused (0A000), with leases held (the other kind would start empty
+-- beside them) or none, and whichever way; the leases stay held
+SELECT tb_create_limit('kind', 2, :memory);
+SELECT tb_lease('kind', 2) AS kind_held \gset
+UPDATE tb_limits SET memory = NOT memory WHERE name = 'kind';
+\echo :SQLSTATE
+SELECT memory = :memory AS same_kind FROM tb_limits WHERE name = 'kind';
+SELECT tb_lease('kind') IS NULL AS still_full, pg_temp.held('kind') AS held;
+SELECT tb_release(:kind_held);
+UPDATE tb_limits SET memory = NOT memory WHERE name = 'kind';
+UPDATE tb_limits SET max_in_flight = 3, memory = NOT memory;
+SELECT memory = :memory AS same_kind FROM tb_limits WHERE name = 'kind';
+-- the rest of a limit's row changes as before
+UPDATE tb_limits SET max_in_flight = 1 WHERE name = 'kind';
+SELECT tb_lease('kind') IS NOT NULL AS granted, tb_lease('kind') IS NULL AS refused;
+
 DROP EXTENSION tokenbucket;
