@@ -228,14 +228,21 @@ CREATE ROLE regress_tb_lease_other;
 GRANT USAGE ON SCHEMA public TO regress_tb_lease_worker, regress_tb_lease_other;
 SET ROLE regress_tb_lease_worker;
 SELECT tb_lease('api') AS w \gset
+SELECT tb_lease('api') AS gone \gset
+SELECT tb_release(:gone) AS released;
 SELECT tb_create_limit('mine', 100, :memory);
 SELECT tb_alter_limit('api', 100);
 SELECT * FROM tb_leases;
 SELECT * FROM tb_limits;
 -- whether a holder exists tells nothing of any limit: PUBLIC, for the views
 SELECT tb_holder_alive(NULL, NULL, NULL) AS nobody;
+-- a lease that is not the caller's to release answers as an id that holds
+-- nothing: false, no error, nothing that tells which ids are held (nor
+-- its limit's name); the lease stays held
 SET ROLE regress_tb_lease_other;
-SELECT tb_release(:w);
+SELECT tb_release(:w) AS not_mine, tb_release(:gone) AS released_before;
+RESET ROLE;
+SELECT pg_temp.held('api') AS still_held;
 SET ROLE regress_tb_lease_worker;
 SELECT tb_release(:w) AS own;
 SELECT tb_lease('api') AS w2 \gset
@@ -257,5 +264,22 @@ SELECT tb_lease('plain') IS NOT NULL AS granted, tb_lease('plain') IS NULL AS re
 -- and the table checks what it is given
 INSERT INTO tb_limits VALUES ('zero', 0, :memory);
 INSERT INTO tb_limits VALUES ('', 1, :memory);
+
+-- a limit's kind is chosen when it is made: an UPDATE of memory is
+-- refused (0A000), with leases held (the other kind would start empty
+-- beside them) or none, and whichever way; the leases stay held
+SELECT tb_create_limit('kind', 2, :memory);
+SELECT tb_lease('kind', 2) AS kind_held \gset
+UPDATE tb_limits SET memory = NOT memory WHERE name = 'kind';
+\echo :SQLSTATE
+SELECT memory = :memory AS same_kind FROM tb_limits WHERE name = 'kind';
+SELECT tb_lease('kind') IS NULL AS still_full, pg_temp.held('kind') AS held;
+SELECT tb_release(:kind_held);
+UPDATE tb_limits SET memory = NOT memory WHERE name = 'kind';
+UPDATE tb_limits SET max_in_flight = 3, memory = NOT memory;
+SELECT memory = :memory AS same_kind FROM tb_limits WHERE name = 'kind';
+-- the rest of a limit's row changes as before
+UPDATE tb_limits SET max_in_flight = 1 WHERE name = 'kind';
+SELECT tb_lease('kind') IS NOT NULL AS granted, tb_lease('kind') IS NULL AS refused;
 
 DROP EXTENSION tokenbucket;

@@ -56,6 +56,7 @@
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "storage/ipc.h"
+#include "storage/proc.h"
 #include "storage/procarray.h"
 #include "utils/acl.h"
 #include "utils/backend_status.h"
@@ -121,32 +122,60 @@ lease_key(int64 lease)
 }
 
 /*
+ * The index in the server's array of backend status entries of the
+ * backend whose PGPROC is "proc" (the array is indexed so: see
+ * pgstat_beinit()).
+ */
+#if PG_VERSION_NUM >= 170000
+#define STATUS_INDEX(proc) ((int) GetNumberFromPGProc(proc))
+#else
+#define STATUS_INDEX(proc) ((int) (proc)->backendId - 1)
+#endif
+
+/*
  * Whether the backend of process "pid" that started at "started" still
- * runs: this one, or one the server's backend status lists with that
- * start (a pid alone could be a later backend's).
+ * runs: this one, or the one that has that pid now, if its entry in the
+ * server's backend status says it started then (a pid alone could be a
+ * later backend's).  The entry is read live, in shared memory, where this
+ * backend's own is: what pg_stat_activity reads is a copy taken once per
+ * transaction, which knows no backend started since (a holder that
+ * connected after it would count as gone).
  */
 static bool
 backend_alive(int pid, TimestampTz started)
 {
-	int			n;
+	PGPROC	   *proc;
+	int			index;
+	volatile PgBackendStatus *entry;
+	int			entry_pid;
+	TimestampTz entry_started;
 
 	if (pid == MyProcPid)
 		return started == MyStartTimestamp;
-	if (BackendPidGetProc(pid) == NULL)
+	proc = BackendPidGetProc(pid);
+	if (proc == NULL)
 		return false;			/* the common case of a dead holder: no look */
-	n = pgstat_fetch_stat_numbackends();
-	for (int i = 1; i <= n; i++)
+	if (MyBEEntry == NULL)
+		elog(ERROR, "this backend has no backend status entry");
+	/* a holder is a regular backend; anything else (it went meanwhile) is not */
+	index = STATUS_INDEX(proc);
+	if (index < 0 || index >= MaxBackends)
+		return false;
+	entry = MyBEEntry - STATUS_INDEX(MyProc) + index;
+	for (;;)
 	{
-#if PG_VERSION_NUM >= 170000
-		LocalPgBackendStatus *local = pgstat_get_local_beentry_by_index(i);
-#else
-		LocalPgBackendStatus *local = pgstat_fetch_stat_local_beentry(i);
-#endif
+		int			before;
+		int			after;
 
-		if (local != NULL && local->backendStatus.st_procpid == pid)
-			return local->backendStatus.st_proc_start_timestamp == started;
+		pgstat_begin_read_activity(entry, before);
+		entry_pid = entry->st_procpid;
+		entry_started = entry->st_proc_start_timestamp;
+		pgstat_end_read_activity(entry, after);
+		if (pgstat_read_activity_complete(before, after))
+			break;
+		CHECK_FOR_INTERRUPTS();
 	}
-	return false;
+	return entry_pid == pid && entry_started == started;
 }
 
 /*
@@ -1268,18 +1297,6 @@ tb_lease_wait(PG_FUNCTION_ARGS)
 }
 
 /*
- * The limit of lease $1 (of key $3), if it is held: its ttl has not passed
- * at $2, and its holder exists.
- */
-static KeptPlan lease_plan = {
-	.sql = "SELECT name FROM %1$s.tb_lease_slots"
-	" WHERE key OPERATOR(pg_catalog.=) $3 AND lease OPERATOR(pg_catalog.=) $1"
-	" AND (expires IS NULL OR expires OPERATOR(pg_catalog.>) $2)"
-	" AND %1$s.tb_holder_alive(pid, started, xid) LIMIT 1",
-	.nargs = 3, .argtypes = {INT8OID, TIMESTAMPTZOID, INT4OID}
-};
-
-/*
  * Free the slots of lease $1 (of key $5), held (its ttl not passed at $4,
  * its holder there), if the caller, $3, may: the DBA ($2), the holder's
  * role, or a member of it ("since" stays: when the slot was last leased,
@@ -1299,17 +1316,6 @@ static KeptPlan release_plan = {
 	" RETURNING name",
 	.nargs = 5, .argtypes = {INT8OID, BOOLOID, OIDOID, TIMESTAMPTZOID, INT4OID}
 };
-
-/* Fail: lease of limit "name" held by a role the caller may not act for. */
-static void
-report_not_holder(const char *name)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("permission denied to release a lease of limit \"%s\"", name),
-			 errdetail("The lease is held by another role."),
-			 errhint("A lease is released by its holder's role, a member of it, or the extension's owner.")));
-}
 
 /*
  * tb_release() of a memory lease: freed when the transaction commits, in
@@ -1334,8 +1340,7 @@ release_memory(FunctionCallInfo fcinfo, int64 id)
 						&(StatsCounters) {.released = slots});
 			return true;
 		case MEMORY_RELEASE_DENIED:
-			report_not_holder(name);
-			break;
+			/* answered as an id that holds nothing: see tb_release() */
 		case MEMORY_RELEASE_NONE:
 			break;
 	}
@@ -1347,7 +1352,9 @@ PG_FUNCTION_INFO_V1(tb_release);
 /*
  * tb_release(lease): free the lease's slots; false when it held none (it
  * was released, its ttl passed, or its holder is gone).  Its holder's
- * role (or a member of it) may, and the extension's owner.
+ * role (or a member of it) may, and the extension's owner; to anyone else
+ * a lease held is answered as one that holds nothing (false, no error),
+ * so that neither its limit nor whether it is held shows.
  */
 Datum
 tb_release(PG_FUNCTION_ARGS)
@@ -1383,11 +1390,6 @@ tb_release(PG_FUNCTION_ARGS)
 		count_limit(&(LeaseAsk) {.relid = relid, .limits = installation_limits(fcinfo),
 					.name = name, .template_len = -1},
 					&(StatsCounters) {.released = slots});
-	}
-	else if (plan_run(&lease_plan, relid, (Datum[]) {args[0], args[3], args[4]}, NULL) > 0)
-	{
-		/* held, not past its ttl, and not the caller's to release */
-		report_not_holder(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
 	}
 	spi_end(&session);
 	PG_RETURN_BOOL(freed);

@@ -42,10 +42,12 @@
  */
 #include "postgres.h"
 
+#include "access/sysattr.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "commands/trigger.h"
 #include "common.h"
+#include "executor/spi.h"
 #include "lease_memory.h"
 #include "lease_pool.h"
 #include "miscadmin.h"
@@ -891,11 +893,15 @@ PG_FUNCTION_INFO_V1(tb_limits_changed);
  * tb_limits_changed(): the statement trigger of tb_limits.  A change of
  * limits makes every backend read their configuration again once the
  * transaction commits (and this one read it from the table until then).
+ * An UPDATE that sets "memory" is refused: a limit's kind is chosen when
+ * it is made (leases held would stay in the other store, and the new one
+ * start empty beside them), as a bucket's is.
  */
 Datum
 tb_limits_changed(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	int			memory;
 
 	/* only ever the extension's own AFTER trigger on its own table */
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
@@ -905,6 +911,14 @@ tb_limits_changed(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("tb_limits_changed() is only the trigger of tokenbucket's table tb_limits"),
 				 errdetail("It tells every session that limits changed, and fires for nothing else.")));
+	memory = SPI_fnumber(RelationGetDescr(trigdata->tg_relation), "memory");
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) && memory > 0 &&
+		bms_is_member(memory - FirstLowInvalidHeapAttributeNumber, trigdata->tg_updatedcols))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot change the kind of a limit"),
+				 errdetail("Whether a limit keeps its leases in memory is chosen when it is made."),
+				 errhint("Drop the limit with tb_drop() and make it again with tb_create_limit().")));
 	if (lease_shared != NULL)
 	{
 		register_callbacks();

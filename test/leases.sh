@@ -14,7 +14,15 @@
 #  6    tb_release wakes the head waiter at once (under 200 ms)
 #  7    a ttl ending wakes the head waiter (under 200 ms after it ends)
 #  8    waiters are served in arrival order
-#  9-11 64 sessions leasing and releasing on a limit of 3 (session and
+#  9-11 a holder that connected after a waiter's first look (which read
+#       the backends' status): the waiter for every slot is not granted
+#       over it (tb_status), and its tb_release answers true
+# 12-14 the same without waiting: a transaction that looked at a live
+#       holder, then leases the last slot of another limit, which a
+#       session that connected since holds: refused
+# 15    a live backend's pid is a holder's only with that backend's start
+#       time (a later backend with a dead holder's pid is not the holder)
+# 16-18 64 sessions leasing and releasing on a limit of 3 (session and
 #       transaction leases) for LEASE_SECONDS (30): never more than 3
 #       held at once, measured from the holders' own start and end times;
 #       3 held at some moment; many leases granted
@@ -191,7 +199,69 @@ check "waiters are served in arrival order" \
 	"(SELECT string_agg(test, '' ORDER BY at) FROM freed WHERE test IN ('a','b','c','d','e')) = 'abcde'
 	 AND (SELECT bool_and(granted) FROM got WHERE test = 'fifo')"
 
-# 9-11: 64 sessions for LEASE_SECONDS on a limit of 3
+# 9-11: a holder that connected after the waiter's first look at the
+# slots (the first look at a live holder read the backends' status, which
+# PostgreSQL keeps for the rest of the transaction: the later holder is
+# not in it, and must not count as gone)
+q -c "SELECT tb_create_limit('late', 2, $MEMORY)" >/dev/null
+session late_b
+say late_b "SELECT tb_lease('late') AS id \\gset"
+until_true "(SELECT in_flight FROM tb_status WHERE name = 'late') = 1"
+wait_for late late 2
+until_true "EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'w_late'
+	AND wait_event = 'Extension')"
+session late_c
+say late_c "SELECT tb_lease('late') AS id \\gset"
+until_true "(SELECT in_flight FROM tb_status WHERE name = 'late') = 2"
+say late_b "INSERT INTO freed SELECT 'late_b', clock_timestamp() WHERE tb_release(:id);"
+until_true "EXISTS (SELECT FROM freed WHERE test = 'late_b')"
+# the waiter is woken by the release and looks again within milliseconds
+sleep 0.5
+check "a holder that connected after a waiter's first look: its slot stays held, the waiter for both waits" \
+	"(SELECT in_flight FROM tb_status WHERE name = 'late') = 1
+	 AND NOT EXISTS (SELECT FROM got WHERE test = 'late')"
+say late_c "INSERT INTO got SELECT 'late_c', tb_release(:id), NULL, clock_timestamp();"
+got late || true
+check "a holder that connected after a waiter's first look: its tb_release answers true" \
+	"(SELECT granted FROM got WHERE test = 'late_c')"
+check "a holder that connected after a waiter's first look: the waiter is granted after its release" \
+	"(SELECT g.granted AND g.at >= c.at FROM got AS g, got AS c
+	  WHERE g.test = 'late' AND c.test = 'late_c')"
+
+# 12-14: the same without waiting: a transaction whose lease looked at a
+# live holder's slot, then a session that connects and leases the last
+# slot of another limit, then the transaction's lease of that limit
+q -c "SELECT tb_create_limit('look', 3, $MEMORY), tb_create_limit('late1', 1, $MEMORY)" >/dev/null
+session look_h
+say look_h "SELECT tb_lease('look') IS NOT NULL;"
+until_true "(SELECT in_flight FROM tb_status WHERE name = 'look') = 1"
+session early
+say early "BEGIN;"
+say early "SELECT tb_lease('look') IS NOT NULL;"
+until_true "EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'early'
+	AND state = 'idle in transaction')"
+session late1
+say late1 "SELECT tb_lease('late1') AS id \\gset"
+until_true "(SELECT in_flight FROM tb_status WHERE name = 'late1') = 1"
+say early "INSERT INTO got SELECT 'early', tb_lease('late1') IS NOT NULL, NULL, clock_timestamp(); COMMIT;"
+got early || true
+check "a transaction that looked at a holder before another session connected: the last slot that session holds is refused" \
+	"(SELECT NOT granted FROM got WHERE test = 'early')"
+check "a transaction that looked at a holder before another session connected: the limit of 1 holds 1 (tb_status)" \
+	"(SELECT in_flight FROM tb_status WHERE name = 'late1') = 1"
+say late1 "INSERT INTO got SELECT 'late1', tb_release(:id), NULL, clock_timestamp();"
+got late1 || true
+check "a session that connected after another's look: its tb_release answers true" \
+	"(SELECT granted FROM got WHERE test = 'late1')"
+
+# 15: another backend, alive: its pid with its start time, and with others
+check "a live backend's pid is a holder's only with that backend's start time" \
+	"(SELECT tb_holder_alive(pid, backend_start, NULL)
+	  AND NOT tb_holder_alive(pid, backend_start - interval '1 microsecond', NULL)
+	  AND NOT tb_holder_alive(pid, backend_start + interval '1 microsecond', NULL)
+	  FROM pg_stat_activity WHERE application_name = 'late1')"
+
+# 16-18: 64 sessions for LEASE_SECONDS on a limit of 3
 q -v memory="$MEMORY" >/dev/null <<'SQL'
 SELECT tb_create_limit('conc', 3, :memory);
 CREATE UNLOGGED TABLE spans (lease bigint, hold text, started timestamptz, ended timestamptz);
