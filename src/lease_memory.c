@@ -48,7 +48,6 @@
 #include "port/atomics.h"
 #include "shmem.h"
 #include "stats.h"
-#include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/procarray.h"
 #include "utils/acl.h"
@@ -519,10 +518,11 @@ end_of_xact(SubTransactionId subid, SubTransactionId parent, bool commit)
 	WakeList	wake = {0};
 	ListCell   *cell;
 	bool		top = subid == InvalidSubTransactionId;
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now;
 
 	if (lease_shared == NULL || (xact_leases == NIL && (forgets == NIL || !commit)))
 		return;
+	now = GetCurrentTimestamp();
 	if (commit && !top)
 	{
 		foreach(cell, xact_leases)
