@@ -16,7 +16,7 @@
  * refund, a settlement downward, a reset, a pause shortened or lifted)
  * reaches the entry when it commits, never if it aborts: until then other
  * sessions see the entry as it was, and the transaction sees the entry
- * with what it gave back (its view).  A change made on
+ * with what it gave back (its view, memory_given()).  A change made on
  * that view takes from the entry at once only what takes the view below
  * the entry; the rest of the difference is kept in the same record, as
  * its level's part (memory_settle()).  So a refund rolled back never lent
