@@ -4,7 +4,7 @@ EXTENSION = tokenbucket
 MODULE_big = tokenbucket
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" tokenbucket.control)
 OBJS = src/bucket.o src/common.o src/shmem.o src/catalog.o src/table_store.o \
-	src/memory_entries.o src/memory_state.o src/memory_xact.o src/memory_store.o src/stats.o src/router.o src/wait.o src/lease_memory.o src/lease_pool.o src/lease.o src/routed.o src/tokenbucket.o
+	src/memory_entries.o src/memory_state.o src/memory_xact.o src/memory_store.o src/stats.o src/router.o src/wait.o src/lease_memory.o src/lease_pool.o src/lease.o src/xact.o src/routed.o src/tokenbucket.o
 DATA = $(wildcard sql/tokenbucket--*.sql)
 # the queries file for prometheus-postgres-exporter, into $(pg_config --docdir)/extension
 DOCS = prometheus/tokenbucket.yaml
@@ -16,7 +16,7 @@ REGRESS = api errors clock security settle all templates upgrade exact look memo
 ISOLATION = race_last_token wait_uncommitted rollback_returns all_or_nothing \
 	acquire_all_deadlock template_first_use concurrent_purge memory_race \
 	memory_committed lease_last_slot lease_memory_last_slot reserve_race \
-	template_copy
+	template_copy xact_prepare give_back_buckets give_back_limits
 ISOLATION_OPTS = --inputdir=test/isolation
 
 # warnings are errors; silence only what PostgreSQL's own headers trigger

@@ -55,7 +55,6 @@
 #include "stats.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
-#include "storage/ipc.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "utils/acl.h"
@@ -63,7 +62,6 @@
 #include "utils/builtins.h"
 #include "utils/float.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/xid8.h"
 #include "wait.h"
@@ -96,8 +94,6 @@ static List *held_leases = NIL;
 
 /* Limits whose queue to wake when this transaction's locks are gone. */
 static List *wake_at_end = NIL;
-
-static bool callbacks_registered = false;
 
 /*
  * Lease ids are a name's key times 2^37 plus a sequence's value modulo
@@ -266,40 +262,36 @@ end_of_xact(SubTransactionId subid, SubTransactionId parent, bool commit)
 	}
 }
 
-/* Transaction end: see end_of_xact(). */
-static void
-lease_xact_callback(XactEvent event, void *arg)
+/*
+ * Transaction end (xact.c; a prepared transaction's as a commit): see
+ * end_of_xact().
+ */
+void
+lease_xact_end(bool commit)
 {
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
-		event == XACT_EVENT_PREPARE)
-		end_of_xact(InvalidSubTransactionId, InvalidSubTransactionId, true);
-	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
-		end_of_xact(InvalidSubTransactionId, InvalidSubTransactionId, false);
+	end_of_xact(InvalidSubTransactionId, InvalidSubTransactionId, commit);
 }
 
-/* Subtransaction end: see end_of_xact(). */
-static void
-lease_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					   SubTransactionId parentSubid, void *arg)
+/* Subtransaction end (xact.c): see end_of_xact(). */
+void
+lease_subxact_end(SubTransactionId mySubid, SubTransactionId parentSubid,
+				  bool commit)
 {
-	if (event == SUBXACT_EVENT_COMMIT_SUB)
-		end_of_xact(mySubid, parentSubid, true);
-	else if (event == SUBXACT_EVENT_ABORT_SUB)
-		end_of_xact(mySubid, parentSubid, false);
+	end_of_xact(mySubid, parentSubid, commit);
 }
 
 /*
- * After a transaction's locks are released (its transaction leases, the
- * row locks of what it released): wake the queues of what it freed.
+ * After a transaction's locks are released (xact.c; its transaction
+ * leases, the row locks of what it released): wake the queues of what it
+ * freed.
  */
-static void
-lease_release_callback(ResourceReleasePhase phase, bool isCommit,
-					   bool isTopLevel, void *arg)
+void
+lease_locks_released(void)
 {
 	List	   *names = wake_at_end;
 	ListCell   *cell;
 
-	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel || names == NIL)
+	if (names == NIL)
 		return;
 	wake_at_end = NIL;
 	foreach(cell, names)
@@ -308,12 +300,12 @@ lease_release_callback(ResourceReleasePhase phase, bool isCommit,
 }
 
 /*
- * Session end: wake the queues of the session's limits.  This backend is
- * still listed while this runs; a waiter woken looks again within
- * milliseconds until it is gone (wait_in_queue()).
+ * Session end (xact.c): wake the queues of the session's limits.  This
+ * backend is still listed while this runs; a waiter woken looks again
+ * within milliseconds until it is gone (wait_in_queue()).
  */
-static void
-lease_exit_callback(int code, Datum arg)
+void
+lease_exit(void)
 {
 	while (held_leases != NIL)
 	{
@@ -341,19 +333,6 @@ void
 lease_forget_installation(Oid dbid, Oid relid)
 {
 	lease_memory_forget(dbid, relid, NULL);
-}
-
-/* Register the callbacks above, once per backend. */
-static void
-register_callbacks(void)
-{
-	if (callbacks_registered)
-		return;
-	RegisterXactCallback(lease_xact_callback, NULL);
-	RegisterSubXactCallback(lease_subxact_callback, NULL);
-	RegisterResourceReleaseCallback(lease_release_callback, NULL);
-	before_shmem_exit(lease_exit_callback, 0);
-	callbacks_registered = true;
 }
 
 /* How a lease is held. */
@@ -1198,7 +1177,6 @@ lease_with(FunctionCallInfo fcinfo, const LeaseRequest *request, bool wait,
 		return granted;
 	}
 
-	register_callbacks();
 	session = spi_begin(fcinfo, true);
 	ask.relid = installation_table(fcinfo);
 	ask.limits = installation_limits(fcinfo);
@@ -1368,7 +1346,6 @@ tb_release(PG_FUNCTION_ARGS)
 
 	if (LEASE_IS_MEMORY(id))
 		PG_RETURN_BOOL(release_memory(fcinfo, id));
-	register_callbacks();
 	session = spi_begin(fcinfo, true);
 	relid = installation_table(fcinfo);
 	args[0] = Int64GetDatum(id);
@@ -1475,7 +1452,6 @@ tb_alter_limit(PG_FUNCTION_ARGS)
 	if (plan_run(&alter_limit_plan, installation_table(fcinfo), args, NULL) == 0)
 		report_no_limit(name);
 	spi_end(&session);
-	register_callbacks();
 	wake_later(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
 	PG_RETURN_VOID();
 }

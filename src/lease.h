@@ -40,4 +40,11 @@ extern bool lease_drop_limit(FunctionCallInfo fcinfo, text *name);
 extern uint64 lease_purge(FunctionCallInfo fcinfo, TimestampTz idle_since,
 						  TimestampTz now);
 
+/* the transaction's end, for xact.c alone */
+extern void lease_xact_end(bool commit);
+extern void lease_subxact_end(SubTransactionId mySubid,
+							  SubTransactionId parentSubid, bool commit);
+extern void lease_locks_released(void);
+extern void lease_exit(void);
+
 #endif							/* TOKENBUCKET_LEASE_H */

@@ -17,7 +17,7 @@
  *	- with hold => 'transaction', when its transaction ends;
  *	- when the (sub)transaction that took it aborts, whatever its hold,
  *	  as a table lease's row goes with it;
- *	- when its session ends (before_shmem_exit: however it ends, a client
+ *	- when its session ends (xact.c's exit callback: however it ends, a client
  *	  gone, pg_terminate_backend, FATAL), all its holder's leases;
  *	- when its ttl has passed, or its holder's backend is no longer there,
  *	  counted free the moment a lease finds the limit full;
@@ -54,7 +54,6 @@
 #include "port/atomics.h"
 #include "shmem.h"
 #include "stats.h"
-#include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/procarray.h"
 #include "utils/acl.h"
@@ -141,8 +140,8 @@ typedef struct Forget
 
 static List *forgets = NIL;
 
-static bool callbacks_registered = false;
-static bool leased_here = false;	/* this session took a memory lease */
+static bool leased_here = false;	/* this session took or released a
+									 * memory lease */
 static bool config_changed_here = false;	/* this transaction wrote
 											 * tb_limits */
 
@@ -528,10 +527,11 @@ end_of_xact(SubTransactionId subid, SubTransactionId parent, bool commit)
 	WakeList	wake = {0};
 	ListCell   *cell;
 	bool		top = subid == InvalidSubTransactionId;
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now;
 
 	if (lease_shared == NULL || (xact_leases == NIL && (forgets == NIL || !commit)))
 		return;
+	now = GetCurrentTimestamp();
 	if (commit && !top)
 	{
 		foreach(cell, xact_leases)
@@ -571,59 +571,58 @@ end_of_xact(SubTransactionId subid, SubTransactionId parent, bool commit)
 	wake_all(&wake);
 }
 
-/* XactCallback: see end_of_xact(); a prepared transaction cannot hold them. */
-static void
-lease_memory_xact_callback(XactEvent event, void *arg)
+/*
+ * What this transaction holds that a prepared one could not carry (see
+ * xact.c), or NULL: its leases and releases are its backend's, and the
+ * limits it changed or dropped must reach every session when it commits.
+ */
+const char *
+lease_memory_unpreparable(void)
 {
-	switch (event)
+	if (xact_leases != NIL)
+		return "memory limits' leases";
+	if (forgets != NIL || config_changed_here)
+		return "limits' settings";
+	return NULL;
+}
+
+/* The transaction's end (xact.c): see end_of_xact(). */
+void
+lease_memory_xact_end(bool commit)
+{
+	if (commit && config_changed_here)
 	{
-		case XACT_EVENT_PRE_PREPARE:
-			if (xact_leases != NIL)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that leased from or released to memory limits"),
-						 errdetail("A memory lease belongs to a session or transaction, which a prepared transaction outlives.")));
-			return;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			/*
-			 * committed: every backend's read of the configuration is old,
-			 * before the leases of limits dropped are forgotten (a lease
-			 * that read the configuration before then finds them stale)
-			 */
-			if (config_changed_here)
-				pg_atomic_fetch_add_u64(&lease_shared->config_generation, 1);
-			end_of_xact(InvalidSubTransactionId, InvalidSubTransactionId, true);
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			end_of_xact(InvalidSubTransactionId, InvalidSubTransactionId, false);
-			break;
-		default:
-			return;
+		/*
+		 * committed: every backend's read of the configuration is old,
+		 * before the leases of limits dropped are forgotten (a lease that
+		 * read the configuration before then finds them stale)
+		 */
+		pg_atomic_fetch_add_u64(&lease_shared->config_generation, 1);
 	}
+	end_of_xact(InvalidSubTransactionId, InvalidSubTransactionId, commit);
 	xact_leases = NIL;
 	forgets = NIL;
 	config_changed_here = false;
 }
 
-/* SubXactCallback: see end_of_xact(); a forget goes with its subtransaction. */
-static void
-lease_memory_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-							  SubTransactionId parentSubid, void *arg)
+/*
+ * A subtransaction's end (xact.c): see end_of_xact(); a forget goes with
+ * its subtransaction.
+ */
+void
+lease_memory_subxact_end(SubTransactionId mySubid, SubTransactionId parentSubid,
+						 bool commit)
 {
 	ListCell   *cell;
 
-	if (event != SUBXACT_EVENT_COMMIT_SUB && event != SUBXACT_EVENT_ABORT_SUB)
-		return;
-	end_of_xact(mySubid, parentSubid, event == SUBXACT_EVENT_COMMIT_SUB);
+	end_of_xact(mySubid, parentSubid, commit);
 	foreach(cell, forgets)
 	{
 		Forget	   *forget = lfirst(cell);
 
 		if (forget->subid != mySubid)
 			continue;
-		if (event == SUBXACT_EVENT_COMMIT_SUB)
+		if (commit)
 			forget->subid = parentSubid;
 		else
 			forgets = foreach_delete_current(forgets, cell);
@@ -631,40 +630,35 @@ lease_memory_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 /*
- * Session end, however it comes (before ShutdownPostgres aborts an open
- * transaction): every lease this backend holds is freed.
+ * Session end, however it comes (xact.c: before the server aborts an open
+ * transaction): every lease this backend holds is freed, and every release
+ * its transaction made is undone (the lease is its holder's again); the
+ * abort that follows finds nothing of them left to do.
  */
-static void
-lease_memory_exit(int code, Datum arg)
+void
+lease_memory_exit(void)
 {
 	WakeList	wake = {0};
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now;
 
 	if (lease_shared == NULL || !leased_here)
 		return;
+	now = GetCurrentTimestamp();
 	LWLockAcquire(lease_shared->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < max_memory_leases; i++)
 	{
 		MemoryLease *lease = &lease_shared->leases[i];
 
-		if (lease->id != 0 && lease->pid == MyProcPid && lease->started == MyStartTimestamp)
+		if (lease->id == 0)
+			continue;
+		if (lease->releaser == MyProcPid)
+			lease->releaser = 0;
+		if (lease->pid == MyProcPid && lease->started == MyStartTimestamp)
 			free_record(i, &wake, true, FREED_BY_END, now);
 	}
 	LWLockRelease(lease_shared->lock);
 	xact_leases = NIL;
 	wake_all(&wake);
-}
-
-/* Register the callbacks above, once per backend. */
-static void
-register_callbacks(void)
-{
-	if (callbacks_registered)
-		return;
-	RegisterXactCallback(lease_memory_xact_callback, NULL);
-	RegisterSubXactCallback(lease_memory_subxact_callback, NULL);
-	before_shmem_exit(lease_memory_exit, 0);
-	callbacks_registered = true;
 }
 
 /* A record of what this transaction does, on its list (id 0 until done). */
@@ -724,7 +718,6 @@ lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
 				 errmsg("memory limit name must be 1 to %d bytes long, not %zu",
 						SHARED_NAME_MAX_BYTES, VARSIZE_ANY_EXHDR(ask->name)),
 				 errdetail("A memory limit's name is kept in shared memory, in a fixed space.")));
-	register_callbacks();
 	leased_here = true;
 	local = local_add(ask->session, false);
 
@@ -834,7 +827,7 @@ lease_memory_release(Oid relid, int64 id, Oid caller, bool owner, TimestampTz no
 	if (!owner && holder != caller && !has_privs_of_role(caller, holder))
 		return MEMORY_RELEASE_DENIED;
 
-	register_callbacks();
+	leased_here = true;
 	local = local_add(false, true);
 	LWLockAcquire(lease_shared->lock, LW_EXCLUSIVE);
 	held = record->id == id && record->releaser == 0;
@@ -864,7 +857,6 @@ lease_memory_forget(Oid dbid, Oid relid, text *name)
 
 	if (lease_shared == NULL)
 		return;
-	register_callbacks();
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	forget = palloc0(sizeof(Forget));
 	forget->dbid = dbid;
@@ -920,10 +912,7 @@ tb_limits_changed(PG_FUNCTION_ARGS)
 				 errdetail("Whether a limit keeps its leases in memory is chosen when it is made."),
 				 errhint("Drop the limit with tb_drop() and make it again with tb_create_limit().")));
 	if (lease_shared != NULL)
-	{
-		register_callbacks();
 		config_changed_here = true;
-	}
 	return PointerGetDatum(NULL);
 }
 

@@ -67,4 +67,11 @@ extern MemoryLeaseReleased lease_memory_release(Oid relid, int64 lease, Oid call
 												int *template_len);
 extern void lease_memory_forget(Oid dbid, Oid relid, text *name);
 
+/* the transaction's end, for xact.c alone */
+extern const char *lease_memory_unpreparable(void);
+extern void lease_memory_xact_end(bool commit);
+extern void lease_memory_subxact_end(SubTransactionId mySubid,
+									 SubTransactionId parentSubid, bool commit);
+extern void lease_memory_exit(void);
+
 #endif							/* TOKENBUCKET_LEASE_MEMORY_H */

@@ -22,8 +22,13 @@
  * is made as soon as its row is (so tb_create fails at once when there is
  * no room, and the room is set aside from then on).
  *
- * Rollback, the commit of settings changes and provisional entries, and
- * waiters' marks are memory_xact.c's.
+ * What a transaction gives back (a refund, a settlement downward, a reset,
+ * a lifted pause) reaches the entry when it commits; until then only that
+ * transaction sees it, on its own view of the entry.  What it takes (a
+ * grant, a settlement upward, a sync, a pause) is taken at once.
+ *
+ * Rollback, what was given back, the commit of settings changes and
+ * provisional entries, and waiters' marks are memory_xact.c's.
  *
  * src/memory_store.c
  *
@@ -49,6 +54,8 @@
 #include "utils/timestamp.h"
 
 static void memory_check_make(int len);
+static bool memory_change(Oid relid, text *name, BucketChange change,
+						  const void *arg, TimestampTz now, Bucket *after);
 
 /*
  * Find the entry this backend uses for "name", and take its partition's
@@ -85,6 +92,56 @@ lookup(Oid relid, text *name, MemoryKey *key, LWLock **lock)
 }
 
 /*
+ * "bucket", an entry's state, as this transaction sees it at "now": with
+ * what it gave back ("given"), as the commit would give it now.
+ */
+static Bucket
+memory_view(const Bucket *bucket, const Given *given, TimestampTz now)
+{
+	Bucket		view = *bucket;
+
+	if (given->lifted && view.paused_until == given->lift_from)
+		view.paused_until = given->lift_to;
+	if (given->credit > 0)
+		bucket_adjust(&view, given->credit, now);
+	return view;
+}
+
+/*
+ * take() in a transaction that gave back what it has not committed: the
+ * decision on its view of the entry (memory_view()), the tokens taken
+ * from what it gave back first (memory_settle()).  Holds "lock" and
+ * releases it.
+ */
+static StoreResult
+take_given(MemoryEntry *entry, LWLock *lock, Request *request, TimestampTz now,
+		   bool count)
+{
+	Undo	   *undo = memory_undo_for(entry);
+	Given		given;
+	Bucket		view;
+	bool		granted;
+
+	memory_given(entry, &given);
+	SpinLockAcquire(&entry->mutex);
+	view = memory_view(&entry->bucket, &given, now);
+	granted = bucket_take(&view, request->cost, request->reserve, now);
+	if (granted)
+		memory_settle(undo, entry, &given, &view, now);
+	request->bucket = view;
+	SpinLockRelease(&entry->mutex);
+	request->template_len = memory_template_name_len(entry);
+	if (granted && request->cost > 0 && count && request->template_len > 0 &&
+		stats_enabled())
+	{
+		memory_count_grant(undo, request->cost);
+		request->counted = true;
+	}
+	LWLockRelease(lock);
+	return granted ? STORE_GRANTED : STORE_DENIED;
+}
+
+/*
  * take(): on the entry, under its spinlock.  A grant is remembered for a
  * rollback afterwards, under the partition lock only (the record may be
  * allocated); were that to fail, the error would keep the tokens taken,
@@ -104,6 +161,8 @@ take(Oid relid, Request *request, TimestampTz now, bool count)
 		return STORE_ABSENT;
 	if (!entry->used)
 		entry->used = true;
+	if (memory_gives_pending())
+		return take_given(entry, lock, request, now, count);
 	SpinLockAcquire(&entry->mutex);
 	granted = bucket_take(&entry->bucket, request->cost, request->reserve, now);
 	request->bucket = entry->bucket;
@@ -131,19 +190,23 @@ memory_take(Oid relid, Request *request, TimestampTz now)
 	return take(relid, request, now, false);
 }
 
-/* peek(): a copy of the entry's state. */
+/* peek(): a copy of the entry's state, as this transaction sees it. */
 static bool
 memory_peek(Oid relid, Request *request)
 {
 	MemoryKey	key;
 	LWLock	   *lock;
 	MemoryEntry *entry = lookup(relid, request->name, &key, &lock);
+	Given		given;
 
 	if (entry == NULL)
 		return false;
+	memory_given(entry, &given);
 	SpinLockAcquire(&entry->mutex);
 	request->bucket = entry->bucket;
 	SpinLockRelease(&entry->mutex);
+	if (given.credit > 0 || given.lifted)
+		request->bucket = memory_view(&request->bucket, &given, GetCurrentTimestamp());
 	request->template_len = memory_template_name_len(entry);
 	LWLockRelease(lock);
 	return true;
@@ -157,19 +220,35 @@ memory_absent(const Bucket *settings, TimestampTz now)
 	return memory_absent_state(settings, now);
 }
 
+/* untake()'s change: give "tokens" back. */
+static void
+give(Bucket *bucket, TimestampTz now, const void *tokens)
+{
+	bucket_adjust(bucket, *(const double *) tokens, now);
+}
+
 /*
  * Give back what take() granted "request" in this transaction, undoing
- * its record too (take_all() of buckets one of which denied).
+ * its record too (take_all() of buckets one of which denied).  When the
+ * transaction gave back what it has not committed, the take may have used
+ * it: then the tokens are given back as any give-back is, on the view.
  */
 static void
 untake(Oid relid, Request *request, TimestampTz now)
 {
 	MemoryKey	key;
 	LWLock	   *lock;
-	MemoryEntry *entry = lookup(relid, request->name, &key, &lock);
+	MemoryEntry *entry;
 	Undo	   *undo;
 	int			waiter;
+	Bucket		after;
 
+	if (memory_gives_pending())
+	{
+		(void) memory_change(relid, request->name, give, &request->cost, now, &after);
+		return;
+	}
+	entry = lookup(relid, request->name, &key, &lock);
 	if (entry == NULL)
 		return;
 	undo = memory_undo_find(entry);
@@ -276,7 +355,11 @@ memory_generation(void)
 	return memory_shared ? pg_atomic_read_u64(&memory_shared->changes) : 0;
 }
 
-/* change(): on the entry, under its spinlock; remembered for a rollback. */
+/*
+ * change(): on this transaction's view of the entry, under its spinlock;
+ * what it takes is taken at once and remembered for a rollback, what it
+ * gives back reaches the entry at commit (memory_settle()).
+ */
 static bool
 memory_change(Oid relid, text *name, BucketChange change, const void *arg,
 			  TimestampTz now, Bucket *after)
@@ -285,21 +368,19 @@ memory_change(Oid relid, text *name, BucketChange change, const void *arg,
 	LWLock	   *lock;
 	MemoryEntry *entry = lookup(relid, name, &key, &lock);
 	Undo	   *undo;
-	Bucket		before;
+	Given		given;
 	int			waiter = -1;
 
 	if (entry == NULL)
 		return false;
 	undo = memory_undo_for(entry);
+	memory_given(entry, &given);
 	SpinLockAcquire(&entry->mutex);
-	before = entry->bucket;
-	*after = before;
+	*after = memory_view(&entry->bucket, &given, now);
 	change(after, now, arg);
 	if (isfinite(after->deficit))
 	{
-		entry->bucket = *after;
-		memory_remember(undo, entry, bucket_tokens_at(&before, now) - bucket_tokens_at(after, now),
-				 before.paused_until != after->paused_until, before.paused_until);
+		memory_settle(undo, entry, &given, after, now);
 		waiter = entry->waiter;
 	}
 	SpinLockRelease(&entry->mutex);
@@ -544,14 +625,13 @@ memory_reset_counters(Oid relid, text *name)
 	}
 }
 
-/* init(): the GUCs, shared memory and callbacks, when preloading. */
+/* init(): the GUCs and shared memory, when preloading (xact.c ends transactions). */
 static void
 memory_init(void)
 {
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	memory_state_init();
-	memory_xact_init();
 }
 
 const StoreRoutine memory_store = {

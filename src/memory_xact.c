@@ -2,14 +2,27 @@
  *
  * memory_xact.c
  *	  What a transaction did to the memory store: what a rollback gives
- *	  back, its provisional entries, the settings changes it will apply,
- *	  the waits it is in.
+ *	  back, what it gave back that others see once it commits, its
+ *	  provisional entries, the settings changes it will apply, the waits
+ *	  it is in.
  *
  * Rollback: what a (sub)transaction did to an entry's tokens and pause is
  * kept per entry and nest level, not per call, and undone if that level
  * aborts, so ROLLBACK gives grants back as it does for a row, and ten
  * million grants on one bucket keep one record.  The same record holds a
  * template key's grants, counted in its entry at commit.
+ *
+ * Giving back: what a transaction gives back to a committed entry (a
+ * refund, a settlement downward, a reset, a pause shortened or lifted)
+ * reaches the entry when it commits, never if it aborts: until then other
+ * sessions see the entry as it was, and the transaction sees the entry
+ * with what it gave back (its view, memory_given()).  A change made on
+ * that view takes from the entry at once only what takes the view below
+ * the entry; the rest of the difference is kept in the same record, as
+ * its level's part (memory_settle()).  So a refund rolled back never lent
+ * its tokens to another session meanwhile, and BEGIN; acquire 10; refund
+ * 10; acquire 10 still grants in the one session.  A provisional entry,
+ * which no other session sees, takes every change at once.
  *
  * Configuration: a change of settings is kept until the transaction
  * commits, and then applied to the entries in order, with every partition
@@ -86,6 +99,9 @@ static List *pendings = NIL;
 static List *provisionals = NIL;
 static List *watched = NIL;
 static uint64 next_seq = 1;
+static bool gave_back = false;	/* the transaction has given something
+								 * back (its lookups apply it: see
+								 * memory_given()) */
 
 /* The transaction's memory, made on first use. */
 static MemoryContext
@@ -133,6 +149,8 @@ undo_clear(Undo *undo)
 	undo->paused = false;
 	undo->granted = 0;
 	undo->granted_tokens = 0;
+	memset(&undo->given, 0, sizeof(Given));
+	undo->lift_set = false;
 }
 
 /* Put "undo" on its level's list: a record of this transaction. */
@@ -256,11 +274,112 @@ memory_count_grant(Undo *undo, double cost)
 	undo->granted_tokens += cost;
 }
 
+/* Whether this transaction gave back anything it has not committed. */
+bool
+memory_gives_pending(void)
+{
+	return gave_back;
+}
+
+/*
+ * What this transaction gave back to "entry" and has not committed, as
+ * its records at every nest level say: their credits added up, the
+ * pause as the innermost that changed it left it.
+ */
+void
+memory_given(const MemoryEntry *entry, Given *given)
+{
+	int			top = Min(GetCurrentTransactionNestLevel(), undo_top - 1);
+
+	memset(given, 0, sizeof(Given));
+	if (!gave_back || undos == NULL || entry->key.provisional)
+		return;
+	for (int level = 1; level <= top; level++)
+	{
+		UndoId		id = {entry->serial, level};
+		Undo	   *undo = hash_search(undos, &id, HASH_FIND, NULL);
+
+		if (undo == NULL || undo_kept(undo))
+			continue;
+		given->credit += undo->given.credit;
+		if (undo->lift_set)
+		{
+			given->lifted = undo->given.lifted;
+			given->lift_from = undo->given.lift_from;
+			given->lift_to = undo->given.lift_to;
+		}
+	}
+}
+
+/*
+ * Store "after", what a call made at "now" of this transaction's view of
+ * "entry" (the entry with "given"), in "undo" (the entry's record at this
+ * level): what takes the view below the entry (tokens, a longer pause) is
+ * taken from the entry at once, and given back by an abort; what leaves
+ * the view above it waits for the commit, as this level's part of what
+ * was given back.  A provisional entry, no other session's, takes it all
+ * at once.  The caller holds the entry's spinlock.
+ */
+void
+memory_settle(Undo *undo, MemoryEntry *entry, const Given *given,
+			  const Bucket *after, TimestampTz now)
+{
+	Bucket	   *shared = &entry->bucket;
+	double		tokens = bucket_tokens_at(shared, now);
+	double		left = bucket_tokens_at(after, now);
+	TimestampTz pause_from = shared->paused_until;
+	Given		now_given = {0};
+
+	if (entry->key.provisional ||
+		(!given->lifted && given->credit <= 0 && left <= tokens &&
+		 after->paused_until >= pause_from))
+	{
+		/* all of it at once: the state as the call left it, exactly */
+		*shared = *after;
+		memory_remember(undo, entry, tokens - left, pause_from != after->paused_until,
+						pause_from);
+		return;
+	}
+	if (left < tokens)
+		bucket_adjust(shared, left - tokens, now);
+	else
+		now_given.credit = left - tokens;
+	if (after->paused_until > pause_from)
+		shared->paused_until = after->paused_until;
+	else if (after->paused_until < pause_from)
+	{
+		now_given.lifted = true;
+		now_given.lift_from = pause_from;
+		now_given.lift_to = after->paused_until;
+	}
+	memory_remember(undo, entry, Max(tokens - left, 0), shared->paused_until != pause_from,
+					pause_from);
+	undo->given.credit += now_given.credit - given->credit;
+	if (now_given.lifted != given->lifted ||
+		(now_given.lifted && (now_given.lift_from != given->lift_from ||
+							  now_given.lift_to != given->lift_to)))
+	{
+		undo->lift_set = true;
+		undo->given.lifted = now_given.lifted;
+		undo->given.lift_from = now_given.lift_from;
+		undo->given.lift_to = now_given.lift_to;
+	}
+	if (now_given.credit > 0 || now_given.lifted)
+		gave_back = true;
+}
+
+/* Whether "undo" gives something back at commit. */
+static bool
+gives(const Undo *undo)
+{
+	return undo->given.credit > 0 || (undo->lift_set && undo->given.lifted);
+}
+
 /*
  * Apply "undo" to its entry (give_back, at an abort: its tokens and
- * pause; else, at commit: release its pins, count its grants).  The entry
- * may have gone meanwhile (dropped, or removed as full): then there is
- * nothing to do.
+ * pause; else, at commit: what it gave back, release its pins, count its
+ * grants).  The entry may have gone meanwhile (dropped, or removed as
+ * full): then there is nothing to do.
  */
 static void
 apply_undo(const Undo *undo, bool give_back, TimestampTz now)
@@ -269,7 +388,7 @@ apply_undo(const Undo *undo, bool give_back, TimestampTz now)
 	MemoryEntry *entry;
 	int			waiter = -1;
 
-	if (!give_back && undo->pins == 0 && undo->granted == 0)
+	if (!give_back && undo->pins == 0 && undo->granted == 0 && !gives(undo))
 		return;
 	LWLockAcquire(lock, LW_SHARED);
 	entry = memory_find(&undo->key, undo->hashcode);
@@ -285,10 +404,22 @@ apply_undo(const Undo *undo, bool give_back, TimestampTz now)
 				entry->bucket.paused_until = undo->pause_from;
 			waiter = entry->waiter;
 		}
-		else if (undo->granted > 0)
+		else
 		{
-			entry->counters.granted += undo->granted;
-			entry->counters.granted_tokens += undo->granted_tokens;
+			if (undo->granted > 0)
+			{
+				entry->counters.granted += undo->granted;
+				entry->counters.granted_tokens += undo->granted_tokens;
+			}
+			if (gives(undo))
+			{
+				if (undo->given.credit > 0)
+					bucket_adjust(&entry->bucket, undo->given.credit, now);
+				if (undo->lift_set && undo->given.lifted &&
+					entry->bucket.paused_until == undo->given.lift_from)
+					entry->bucket.paused_until = undo->given.lift_to;
+				waiter = entry->waiter;
+			}
 		}
 		SpinLockRelease(&entry->mutex);
 	}
@@ -337,6 +468,14 @@ undo_level_end(int level, bool abort)
 		parent->pins += copy.pins;
 		parent->granted += copy.granted;
 		parent->granted_tokens += copy.granted_tokens;
+		parent->given.credit += copy.given.credit;
+		if (copy.lift_set)
+		{
+			parent->lift_set = true;
+			parent->given.lifted = copy.given.lifted;
+			parent->given.lift_from = copy.given.lift_from;
+			parent->given.lift_to = copy.given.lift_to;
+		}
 		if (copy.paused)
 		{
 			if (!parent->paused)
@@ -660,6 +799,7 @@ reset_transaction(void)
 	if (undo_top > 0)
 		memset(undo_levels, 0, sizeof(List *) * undo_top);
 	undo_top = 0;
+	gave_back = false;
 	pendings = NIL;
 	provisionals = NIL;
 	watched = NIL;
@@ -668,12 +808,15 @@ reset_transaction(void)
 		MemoryContextReset(xact_context);
 }
 
-/* Undo (or only release the pins of) every record of the transaction. */
+/*
+ * Undo every record of the transaction (give_back), or commit them: what
+ * they gave back, their pins, their counts.
+ */
 static void
 undo_all(bool give_back)
 {
 	/* only giving back refills to the moment */
-	TimestampTz now = give_back ? GetCurrentTimestamp() : 0;
+	TimestampTz now = give_back || gave_back ? GetCurrentTimestamp() : 0;
 
 	for (int level = undo_top - 1; level >= 0; level--)
 	{
@@ -684,59 +827,64 @@ undo_all(bool give_back)
 	}
 }
 
-/* XactCallback: configuration and pins at commit, undo at abort. */
-static void
-memory_xact_callback(XactEvent event, void *arg)
+/*
+ * What this transaction holds that a prepared one could not carry (see
+ * xact.c), or NULL.
+ */
+const char *
+memory_xact_unpreparable(void)
+{
+	if (memory_shared == NULL)
+		return NULL;
+	if (undo_count() > 0 || provisionals != NIL)
+		return "memory token buckets";
+	if (pendings != NIL)
+		return "token buckets' settings";
+	return NULL;
+}
+
+/*
+ * The transaction's end (xact.c): at commit, configuration, what it gave
+ * back, pins and counts; at abort, what it took given back.
+ */
+void
+memory_xact_end(bool commit)
 {
 	if (memory_shared == NULL)
 		return;
-	switch (event)
+	if (commit)
 	{
-		case XACT_EVENT_PRE_PREPARE:
-			if (undo_count() > 0 || pendings != NIL || provisionals != NIL)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that used memory token buckets"),
-						 errdetail("A prepared transaction could not give back what it took from shared memory if it were rolled back later.")));
-			return;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			if (pendings != NIL || provisionals != NIL)
-				commit_configuration();
-			if (undo_count() > 0)
-				undo_all(false);
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			if (undo_count() > 0)
-				undo_all(true);
-			remove_provisionals_from(0);
-			break;
-		default:
-			return;
+		if (pendings != NIL || provisionals != NIL)
+			commit_configuration();
+		if (undo_count() > 0)
+			undo_all(false);
+	}
+	else
+	{
+		if (undo_count() > 0)
+			undo_all(true);
+		remove_provisionals_from(0);
 	}
 	unwatch_from(0);
 	reset_transaction();
 }
 
 /*
- * SubXactCallback: what an aborted subtransaction did is undone (its
- * grants given back, its provisional entries and settings changes
- * forgotten, its waits' marks cleared); what a committed one did becomes
- * its parent's.
+ * A subtransaction's end (xact.c): what an aborted one did is undone (its
+ * grants given back, what it gave back forgotten, its provisional entries
+ * and settings changes forgotten, its waits' marks cleared); what a
+ * committed one did becomes its parent's.
  */
-static void
-memory_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-						SubTransactionId parentSubid, void *arg)
+void
+memory_subxact_end(bool commit)
 {
 	int			level = GetCurrentTransactionNestLevel();
 	ListCell   *lc;
 
-	if (memory_shared == NULL ||
-		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
+	if (memory_shared == NULL)
 		return;
-	undo_level_end(level, event == SUBXACT_EVENT_ABORT_SUB);
-	if (event == SUBXACT_EVENT_COMMIT_SUB)
+	undo_level_end(level, !commit);
+	if (commit)
 	{
 		foreach(lc, pendings)
 			if (((Pending *) lfirst(lc))->level >= level)
@@ -838,12 +986,4 @@ memory_add_watch(const MemoryKey *key)
 	w->level = GetCurrentTransactionNestLevel();
 	watched = lappend(watched, w);
 	MemoryContextSwitchTo(old);
-}
-
-/* The transaction callbacks (the library being preloaded). */
-void
-memory_xact_init(void)
-{
-	RegisterXactCallback(memory_xact_callback, NULL);
-	RegisterSubXactCallback(memory_subxact_callback, NULL);
 }

@@ -2,8 +2,9 @@
  *
  * memory_xact.h
  *	  What a transaction did to the memory store: what a rollback gives
- *	  back, its provisional entries, the settings changes it will apply,
- *	  the waits it is in.  For memory_store.c alone.
+ *	  back, what it gave back that others see once it commits, its
+ *	  provisional entries, the settings changes it will apply, the waits
+ *	  it is in.  For memory_store.c, and for xact.c its transaction's end.
  *
  * src/memory_xact.h
  *
@@ -16,16 +17,35 @@
 #include "store.h"
 
 /*
+ * What this transaction gave back to a committed entry and has not
+ * committed: tokens, and a pause shortened or lifted (from its end
+ * "lift_from", if the entry still ends it there, to "lift_to").  Other
+ * sessions see the entry without it; this transaction sees it with it
+ * (memory_store.c's view), and the entry gets it at commit.
+ */
+typedef struct Given
+{
+	double		credit;			/* tokens */
+	bool		lifted;			/* a pause to shorten: */
+	TimestampTz lift_from;
+	TimestampTz lift_to;
+} Given;
+
+/*
  * What to undo if the (sub)transaction level that did it aborts, per
- * entry: the tokens it took are added back (grants of 2 and 3 record 5, a
- * refund of 2 records -2), and a pause it set is lifted.  Records that
- * ever took tokens back (a refund's) pin their entry until the transaction
- * ends: were it removed as full meanwhile, a rollback would leave it full.
+ * entry: the tokens it took are added back (grants of 2 and 3 record 5),
+ * and a pause it set is lifted.  What it gave back is kept beside, for
+ * the commit ("given"), and forgotten at an abort.  Records that ever took
+ * tokens back (a refund's on a provisional entry, which takes effect at
+ * once) pin their entry until the transaction ends: were it removed as
+ * full meanwhile, a rollback would leave it full.
  */
 typedef struct UndoId
 {
 	uint64		serial;			/* of the entry */
-	int			level;			/* transaction nest level */
+	int64		level;			/* transaction nest level (64 bits: no
+								 * padding, whose bytes a lookup would
+								 * compare) */
 } UndoId;
 
 typedef struct Undo
@@ -41,14 +61,25 @@ typedef struct Undo
 	int64		granted;		/* grants to count in the entry's own */
 	double		granted_tokens; /* counters at commit (memory_count_grant) */
 	uint64		xact;			/* the transaction it is of (see last_undo) */
+	Given		given;			/* credit: this level's part of what was given
+								 * back (below zero: it used an outer
+								 * level's); the pause: as this level left
+								 * it, when lift_set */
+	bool		lift_set;
 } Undo;
 
-extern void memory_xact_init(void);
+extern const char *memory_xact_unpreparable(void);
+extern void memory_xact_end(bool commit);
+extern void memory_subxact_end(bool commit);
 extern Undo *memory_undo_for(MemoryEntry *entry);
 extern Undo *memory_undo_find(const MemoryEntry *entry);
 extern void memory_remember(Undo *undo, MemoryEntry *entry, double tokens,
 							bool paused, TimestampTz pause_from);
 extern void memory_count_grant(Undo *undo, double cost);
+extern bool memory_gives_pending(void);
+extern void memory_given(const MemoryEntry *entry, Given *given);
+extern void memory_settle(Undo *undo, MemoryEntry *entry, const Given *given,
+						  const Bucket *after, TimestampTz now);
 extern bool memory_has_provisionals(void);
 extern void memory_add_provisional(const MemoryKey *key, uint64 serial);
 extern bool memory_dropped_here(const MemoryKey *key);

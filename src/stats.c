@@ -887,48 +887,44 @@ reset_transaction(void)
 }
 
 /*
- * XactCallback: at commit (or PREPARE, which is where a prepared
- * transaction's calls are counted), everything; at abort, what a rollback
- * does not give back.
+ * What this transaction holds that a prepared one could not carry (see
+ * xact.c), or NULL: the counters of what it drops go when it commits.
  */
-static void
-stats_xact_callback(XactEvent event, void *arg)
+const char *
+stats_unpreparable(void)
+{
+	return forgets != NIL ? "counters of a dropped installation" : NULL;
+}
+
+/*
+ * The transaction's end (xact.c): at commit (or PREPARE, which is where a
+ * prepared transaction's calls are counted), everything; at abort, what a
+ * rollback does not give back.
+ */
+void
+stats_xact_end(bool commit)
 {
 	if (shared == NULL)
 		return;
-	switch (event)
-	{
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			flush(true);
-			break;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PREPARE:
-			flush(false);
-			if (forgets != NIL)
-				apply_forgets();
-			break;
-		default:
-			return;
-	}
+	flush(!commit);
+	if (commit && forgets != NIL)
+		apply_forgets();
 	reset_transaction();
 }
 
 /*
- * SubXactCallback: an aborted subtransaction's grants, refunds and pauses
- * are given back; what is left, and all a committed one counted, becomes
- * its parent's.
+ * A subtransaction's end (xact.c): an aborted one's grants, refunds and
+ * pauses are given back; what is left, and all a committed one counted,
+ * becomes its parent's.
  */
-static void
-stats_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					   SubTransactionId parentSubid, void *arg)
+void
+stats_subxact_end(bool commit)
 {
 	int			level = GetCurrentTransactionNestLevel();
-	bool		abort = event == SUBXACT_EVENT_ABORT_SUB;
+	bool		abort = !commit;
 	ListCell   *lc;
 
-	if (shared == NULL || (!abort && event != SUBXACT_EVENT_COMMIT_SUB))
+	if (shared == NULL)
 		return;
 	foreach(lc, forgets)
 	{
@@ -1206,8 +1202,6 @@ stats_init(void)
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 	shmem_register(&stats_area);
-	RegisterXactCallback(stats_xact_callback, NULL);
-	RegisterSubXactCallback(stats_subxact_callback, NULL);
 }
 
 /* One row of list_counters(), copied out under its partition's lock. */

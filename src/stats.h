@@ -63,6 +63,11 @@ extern void stats_reset(Oid relid, text *name);
 extern void stats_counters_add(StatsCounters *sum, const StatsCounters *delta);
 extern void stats_values(const StatsCounters *counters, Datum *values);
 
+/* the transaction's end, for xact.c alone */
+extern const char *stats_unpreparable(void);
+extern void stats_xact_end(bool commit);
+extern void stats_subxact_end(bool commit);
+
 /* The columns stats_values() fills: granted ... pauses, then cancelled. */
 #define STATS_COLUMNS 9
 

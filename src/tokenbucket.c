@@ -27,6 +27,7 @@
 #include "lease.h"
 #include "router.h"
 #include "wait.h"
+#include "xact.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -93,6 +94,7 @@ _PG_init(void)
 {
 	router_init();
 	lease_init();
+	xact_init();
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = object_accessed;
 	/* every setting is defined: any other tokenbucket.* is a typo */

@@ -24,6 +24,9 @@
 #                 terminated and failing; waits; 64 sessions on 3 slots
 #   locks         test/locks.sh: timeouts whatever holds a row; sleepers
 #                 never hold up a DBA's ALTER TABLE
+#   xact          test/xact.sh: a memory lease released by a transaction
+#                 whose backend is terminated or killed stays its holder's;
+#                 PREPARE refused once, naming all it refuses
 #   memory        test/memory.sh: memory flat over many calls; valgrind
 #   exporter      test/exporter.sh: prometheus-postgres-exporter with
 #                 prometheus/tokenbucket.yaml, scraped over HTTP, exact
@@ -178,6 +181,7 @@ SUITES=(
 	"partitions suite_own proxy/test/partitions"
 	"wait suite_shell test/wait"
 	"locks suite_shell test/locks"
+	"xact suite_shell test/xact"
 	"stats suite_own proxy/test/stats"
 	"exporter suite_shell test/exporter"
 	"isolation suite_isolation"

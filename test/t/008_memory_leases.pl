@@ -91,7 +91,7 @@ is($node->safe_psql('postgres',
 ($rc, $out, $err) = $node->psql('postgres', q{
 	BEGIN; SELECT tb_lease('mc', 1, 'transaction'); PREPARE TRANSACTION 'p';
 }, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-like($err, qr/0A000: cannot PREPARE a transaction that leased from or released to memory limits/,
+like($err, qr/0A000: cannot PREPARE a transaction that used tokenbucket's shared memory\n.*Its changes to memory limits' leases/,
 	'a transaction holding a memory lease cannot be prepared (0A000)');
 is($node->safe_psql('postgres', "SELECT count(*) FROM pg_prepared_xacts"), '0',
 	'and nothing was prepared');
