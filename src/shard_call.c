@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * routed.c
+ * shard_call.c
  *	  tokenbucket_shard's calls for tokenbucket_proxy: one of tokenbucket's
  *	  functions run in a subtransaction, its result or its error as data.
  *
@@ -14,7 +14,7 @@
  * rolled back on error; a cancel not caught), without running PL/pgSQL
  * on every routed call.
  *
- * src/routed.c
+ * src/shard_call.c
  *
  *-------------------------------------------------------------------------
  */
