@@ -46,7 +46,7 @@
 #include "access/transam.h"
 #include "access/xact.h"
 #include "bucket.h"
-#include "catalog.h"
+#include "spi_session.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "common.h"

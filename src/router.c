@@ -4,17 +4,17 @@
  *	  One place that finds where each bucket lives and hands every request
  *	  to that store, and counts what it did.
  *
- * A bucket's configuration (catalog.c) says which store holds its state:
- * the table store (table_store.c) or the memory store (memory_store.c).
- * The router asks the stores in the order that costs least: a memory
- * bucket with an entry answers without SPI; a table bucket's grant is one
- * UPDATE; only a bucket neither store holds yet (a named memory bucket
- * without an entry, or a name a template makes) costs a read of its
- * configuration (for a memory template's new key, of its own row alone:
- * the template comes from the backend's copy, catalog.c), after which the
- * router gives it its place in its store and asks again.  Requests for
- * several buckets are all or nothing across both stores (a subtransaction,
- * rolled back if one denies).
+ * A bucket's configuration (bucket_config.c) says which store holds its
+ * state: the table store (table_store.c) or the memory store
+ * (memory_store.c).  The router asks the stores in the order that costs
+ * least: a memory bucket with an entry answers without SPI; a table
+ * bucket's grant is one UPDATE; only a bucket neither store holds yet (a
+ * named memory bucket without an entry, or a name a template makes) costs
+ * a read of its configuration (for a memory template's new key, of its
+ * own row alone: the template comes from the backend's copy,
+ * bucket_config.c), after which the router gives it its place in its
+ * store and asks again.  Requests for several buckets are all or nothing
+ * across both stores (a subtransaction, rolled back if one denies).
  *
  * Changes to configuration reach the stores through the trigger on
  * tb_buckets (tb_buckets_changed below), at commit.  Every decision is
@@ -29,7 +29,7 @@
 #include <math.h>
 
 #include "access/htup_details.h"
-#include "catalog.h"
+#include "bucket_config.h"
 #include "commands/trigger.h"
 #include "common.h"
 #include "common/hashfn.h"
@@ -166,7 +166,7 @@ ensure_memory(Oid relid, text *name, TimestampTz now, BucketConfig *config)
 
 		CHECK_FOR_INTERRUPTS();
 
-		if (catalog_find(relid, name, now, true, seen, config) == CONFIG_NONE ||
+		if (bucket_config_find(relid, name, now, true, seen, config) == CONFIG_NONE ||
 			!config->memory)
 			return false;
 		state = memory_store.absent(&config->bucket, now);
@@ -211,7 +211,7 @@ peek_one(Oid relid, Request *request, TimestampTz now)
 
 	if (!memory_store.peek(relid, request) && !table_store.peek(relid, request))
 	{
-		if (catalog_find(relid, request->name, now, false, 0, &config) == CONFIG_NONE)
+		if (bucket_config_find(relid, request->name, now, false, 0, &config) == CONFIG_NONE)
 			report_missing(request->name);
 		if (config.source == CONFIG_ROW && !config.memory)
 			request->bucket = config.bucket;	/* made since */
@@ -255,7 +255,7 @@ skips_table(Oid relid, text *name, TimestampTz now, uint64 generation)
 	BucketConfig config;
 	uint32		hash;
 
-	if (!catalog_memory_template(relid, name, now, generation, &config))
+	if (!bucket_config_memory_template(relid, name, now, generation, &config))
 		return false;
 	hash = table_name_hash(name);
 	return table_names[hash % TABLE_NAMES_KEPT].generation != generation ||
@@ -415,8 +415,8 @@ template_step(void *arg)
 	BucketConfig config;
 	SpiSession	session = spi_begin(lookup->fcinfo, false);
 
-	(void) catalog_find(lookup->relid, lookup->name, GetCurrentTimestamp(), false, 0,
-						&config);
+	(void) bucket_config_find(lookup->relid, lookup->name, GetCurrentTimestamp(),
+							  false, 0, &config);
 	spi_end(&session);
 	lookup->template_len = config.source == CONFIG_NONE ? 0 : config.template_len;
 	return false;
@@ -506,7 +506,7 @@ router_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 	for (int i = 0; i < nrequests; i++)
 		requests[i].counted = false;
 	/* the installation's version checked first, by a statement */
-	if (catalog_checked(relid))
+	if (version_checked(relid))
 		result = memory_store.take_all(relid, requests, nrequests, now);
 	if (result != STORE_ABSENT)
 	{
@@ -706,7 +706,7 @@ router_alter(FunctionCallInfo fcinfo, text *name, double capacity,
 	{
 		/* a table bucket's or template's row, a memory one's, or an entry */
 		if (table_store.alter(relid, name, capacity, refill_rate, now) ||
-			catalog_set_memory_settings(relid, name, capacity, refill_rate, now) ||
+			bucket_config_set_memory(relid, name, capacity, refill_rate, now) ||
 			memory_store.alter(relid, name, capacity, refill_rate, now))
 			break;
 		if (attempt == 2 || !make_place(relid, name, now))
@@ -730,8 +730,8 @@ router_create(FunctionCallInfo fcinfo, text *name, double capacity,
 	if (memory)
 		memory_store.check_make(VARSIZE_ANY_EXHDR(name) -
 								(is_template_name(name) ? 1 : 0));
-	created = catalog_insert(installation_table(fcinfo), name, capacity,
-							 refill_rate, memory, GetCurrentTimestamp());
+	created = bucket_config_insert(installation_table(fcinfo), name, capacity,
+								   refill_rate, memory, GetCurrentTimestamp());
 	spi_end(&session);
 	return created;
 }
@@ -750,7 +750,7 @@ router_drop(FunctionCallInfo fcinfo, text *name)
 
 	/* a table row; a memory bucket's or template's row; an entry alone */
 	dropped = table_store.drop(relid, name) ||
-		catalog_delete_memory(relid, name) ||
+		bucket_config_delete_memory(relid, name) ||
 		memory_store.drop(relid, name);
 	spi_end(&session);
 	return dropped;

@@ -30,7 +30,7 @@
 
 #include <math.h>
 
-#include "catalog.h"
+#include "bucket_config.h"
 #include "catalog/pg_type.h"
 #include "common.h"
 #include "store.h"

@@ -7,7 +7,7 @@
  * the buckets to the router (router.c), which finds the store that holds
  * each and counts what it did; the waiting to wait.c; the arithmetic of a
  * report to bucket.c.  The functions run as their caller: the table work
- * switches to the extension's owner around itself (catalog.c).
+ * switches to the extension's owner around itself (spi_session.c).
  *
  * src/tokenbucket.c
  *

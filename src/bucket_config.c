@@ -1,23 +1,18 @@
 /*-------------------------------------------------------------------------
  *
- * catalog.c
- *	  tb_buckets through SPI: the session the table work runs in, plans
- *	  prepared once, and the configuration of a name (its row, or the
- *	  template that makes it).
+ * bucket_config.c
+ *	  A bucket's configuration, in tb_buckets through SPI: its row, or the
+ *	  template that makes it; the rows that tb_create, tb_alter and
+ *	  tb_drop write for memory buckets.
  *
  * Every bucket and template has its configuration in a row of tb_buckets
  * (name, capacity, refill_rate, memory), except the buckets made from a
  * memory template, whose template's row is their configuration.  A table
  * bucket's row also holds its tokens (the table store's business); a
- * memory bucket's state lives in shared memory.
+ * memory bucket's state lives in shared memory.  The statements run in
+ * the SPI session of spi_session.c.
  *
- * The functions run as their caller; spi_begin() switches to the
- * extension's owner, with search_path = pg_catalog, pg_temp and
- * sequential scans off, around the table work only, so a call answered
- * from shared memory pays for none of it.  Every name in the statements
- * is schema-qualified, operators included.
- *
- * src/catalog.c
+ * src/bucket_config.c
  *
  *-------------------------------------------------------------------------
  */
@@ -26,191 +21,12 @@
 #include <math.h>
 
 #include "access/xact.h"
-#include "catalog.h"
+#include "bucket_config.h"
 #include "catalog/pg_type.h"
 #include "common.h"
-#include "miscadmin.h"
 #include "shmem.h"
-#include "utils/builtins.h"
-#include "utils/guc.h"
-#include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
-
-/* The installation whose version this backend checked last. */
-static Oid	checked_relid = InvalidOid;
-
-/*
- * Fail clearly when the extension's SQL objects are of another version
- * than this library (a new library installed, ALTER EXTENSION not yet run);
- * once per backend and installation.
- */
-static void
-check_version(Oid relid)
-{
-	char	   *version = NULL;
-	int			rc;
-
-	if (relid == checked_relid)
-		return;
-	checked_relid = InvalidOid;
-
-	rc = SPI_execute("SELECT extversion FROM pg_catalog.pg_extension"
-					 " WHERE extname OPERATOR(pg_catalog.=) 'tokenbucket'",
-					 true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 1)
-		version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	if (version == NULL || strcmp(version, TOKENBUCKET_VERSION) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("extension tokenbucket is version %s, its library is version %s",
-						version ? version : "(none)", TOKENBUCKET_VERSION),
-				 errhint("Run ALTER EXTENSION tokenbucket UPDATE in this database.")));
-	checked_relid = relid;
-}
-
-/*
- * Whether this backend checked the version of installation "relid" (in an
- * SPI session on it): then a memory bucket's entry may be used without
- * SPI.
- */
-bool
-catalog_checked(Oid relid)
-{
-	return OidIsValid(relid) && relid == checked_relid;
-}
-
-/*
- * Start the table work of the function called: on the primary (unless only
- * looking), as the extension's owner, with search_path = pg_catalog,
- * pg_temp and sequential scans off (kept plans stay index lookups), and
- * connected to SPI.  What SECURITY DEFINER and SET would do, but only
- * around the table work.  An error undoes it all with the (sub)transaction.
- */
-SpiSession
-spi_begin(FunctionCallInfo fcinfo, bool writes)
-{
-	SpiSession	session;
-	Oid			relid;
-	int			rc;
-
-	if (writes)
-		check_primary();
-	relid = installation_recheck(fcinfo);
-	GetUserIdAndSecContext(&session.userid, &session.sec_context);
-	SetUserIdAndSecContext(installation_owner(fcinfo),
-						   session.sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	session.nestlevel = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	rc = SPI_connect();
-	if (rc != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(rc));
-	check_version(relid);
-	return session;
-}
-
-/*
- * Let the rest of the session's table work scan tb_buckets whole (what
- * tb_purge does), until spi_end().
- */
-void
-spi_allow_seqscan(void)
-{
-	(void) set_config_option("enable_seqscan", "on", PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-}
-
-/* End what spi_begin() began, or fail loudly. */
-void
-spi_end(SpiSession *session)
-{
-	int			rc = SPI_finish();
-
-	if (rc != SPI_OK_FINISH)
-		elog(ERROR, "SPI_finish failed: %s", SPI_result_code_string(rc));
-	AtEOXact_GUC(true, session->nestlevel);
-	SetUserIdAndSecContext(session->userid, session->sec_context);
-}
-
-/* plan_run(), on the newest committed state with "latest". */
-static uint64
-run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls, bool latest)
-{
-	int			rc;
-
-	check_version(relid);
-	if (plan->plan == NULL || plan->relid != relid)
-	{
-		char	   *nspname = get_namespace_name(get_rel_namespace(relid));
-		char	   *sql;
-		SPIPlanPtr	prepared;
-
-		if (nspname == NULL)
-			report_dropped();
-		if (plan->plan != NULL)
-			SPI_freeplan(plan->plan);
-		plan->plan = NULL;
-		sql = psprintf(plan->sql, quote_identifier(nspname));
-
-		/*
-		 * One generic plan, planned once: every statement here is an index
-		 * lookup whatever its parameters, and a custom plan per call
-		 * (which the plan cache picks when the generic one's estimate
-		 * looks worse, as for a LIMIT $n) would plan on every call.
-		 */
-		prepared = SPI_prepare_cursor(sql, plan->nargs, plan->argtypes,
-									  CURSOR_OPT_GENERIC_PLAN);
-		if (prepared == NULL)
-			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-				 sql, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(prepared) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		plan->plan = prepared;
-		plan->relid = relid;
-	}
-	if (latest)
-		rc = SPI_execute_snapshot(plan->plan, args, nulls, GetLatestSnapshot(),
-								  InvalidSnapshot, true, false, 0);
-	else
-		rc = SPI_execute_plan(plan->plan, args, nulls, false, 0);
-	if (rc < 0)
-		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0 && SPI_tuptable != NULL)
-	{
-		SPI_freetuptable(SPI_tuptable);
-		SPI_tuptable = NULL;
-	}
-	return SPI_processed;
-}
-
-/*
- * Run a kept plan on installation "relid", preparing it on first use (and
- * checking the installation's version first); "nulls" is NULL or SPI's
- * ' '/'n' string.  Returns the rows processed; any rows are in
- * SPI_tuptable, for the caller to free.  With none, SPI_tuptable is freed
- * here, so that a call naming many buckets keeps no memory per bucket.
- */
-uint64
-plan_run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
-{
-	return run(plan, relid, args, nulls, false);
-}
-
-/*
- * plan_run() of a read-only statement on the newest committed state (and
- * this transaction's own changes), whatever the transaction's snapshot.
- */
-uint64
-plan_run_latest(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
-{
-	return run(plan, relid, args, nulls, true);
-}
 
 /*
  * Copy the bucket state out of the first row SPI returned (its first five
@@ -230,6 +46,14 @@ plan_read_bucket(Bucket *bucket)
 	bucket->paused_until = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 5, &isnull));
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = NULL;
+}
+
+/* plan_run() of a read, on the newest committed state with "latest". */
+static uint64
+run(KeptPlan *plan, Oid relid, Datum *args, bool latest)
+{
+	return latest ? plan_run_latest(plan, relid, args, NULL) :
+		plan_run(plan, relid, args, NULL);
 }
 
 /* A name's row: its state, kind and template */
@@ -360,7 +184,7 @@ template_copy_current(Oid relid, uint64 generation)
 	template_copy.templates = NULL;
 	template_copy.count = -1;
 	template_copy.memory_count = 0;
-	rows = run(&templates_plan, relid, NULL, NULL, true);
+	rows = plan_run_latest(&templates_plan, relid, NULL, NULL);
 	if (rows <= TEMPLATES_COPIED_MAX)
 	{
 		TupleDesc	desc = rows > 0 ? SPI_tuptable->tupdesc : NULL;
@@ -402,8 +226,8 @@ template_copy_current(Oid relid, uint64 generation)
  * template, or none).  In an SPI session.
  */
 bool
-catalog_memory_template(Oid relid, text *name, TimestampTz now,
-						uint64 generation, BucketConfig *config)
+bucket_config_memory_template(Oid relid, text *name, TimestampTz now,
+							  uint64 generation, BucketConfig *config)
 {
 	const CopiedTemplate *best = NULL;
 	int			len = VARSIZE_ANY_EXHDR(name);
@@ -442,8 +266,8 @@ catalog_memory_template(Oid relid, text *name, TimestampTz now,
  * template come from this backend's copy of the templates.
  */
 ConfigSource
-catalog_find(Oid relid, text *name, TimestampTz now, bool latest,
-			 uint64 generation, BucketConfig *config)
+bucket_config_find(Oid relid, text *name, TimestampTz now, bool latest,
+				   uint64 generation, BucketConfig *config)
 {
 	Datum		args[1] = {PointerGetDatum(name)};
 	HeapTuple	tuple;
@@ -451,7 +275,7 @@ catalog_find(Oid relid, text *name, TimestampTz now, bool latest,
 	bool		isnull;
 	Datum		template_len;
 
-	if (run(&read_plan, relid, args, NULL, latest) == 1)
+	if (run(&read_plan, relid, args, latest) == 1)
 	{
 		tuple = SPI_tuptable->vals[0];
 		desc = SPI_tuptable->tupdesc;
@@ -463,10 +287,10 @@ catalog_find(Oid relid, text *name, TimestampTz now, bool latest,
 		plan_read_bucket(&config->bucket);
 		return config->source = CONFIG_ROW;
 	}
-	if (latest && catalog_memory_template(relid, name, now, generation, config))
+	if (latest && bucket_config_memory_template(relid, name, now, generation, config))
 		return config->source;
 	if (VARSIZE_ANY_EXHDR(name) == 0 || is_template_name(name) ||
-		run(&template_plan, relid, args, NULL, latest) == 0)
+		run(&template_plan, relid, args, latest) == 0)
 		return config->source = CONFIG_NONE;
 
 	tuple = SPI_tuptable->vals[0];
@@ -486,8 +310,8 @@ catalog_find(Oid relid, text *name, TimestampTz now, bool latest,
 
 /* A new bucket or template row, full; false when the name is taken. */
 bool
-catalog_insert(Oid relid, text *name, double capacity, double refill_rate,
-			   bool memory, TimestampTz now)
+bucket_config_insert(Oid relid, text *name, double capacity, double refill_rate,
+					 bool memory, TimestampTz now)
 {
 	Datum		args[5];
 
@@ -505,8 +329,8 @@ catalog_insert(Oid relid, text *name, double capacity, double refill_rate,
  * to the memory store when the transaction commits.
  */
 bool
-catalog_set_memory_settings(Oid relid, text *name, double capacity,
-							double refill_rate, TimestampTz now)
+bucket_config_set_memory(Oid relid, text *name, double capacity,
+						 double refill_rate, TimestampTz now)
 {
 	Datum		args[4];
 	char		nulls[5] = "    ";
@@ -524,7 +348,7 @@ catalog_set_memory_settings(Oid relid, text *name, double capacity,
 
 /* Delete the row of memory bucket or template "name"; false when none. */
 bool
-catalog_delete_memory(Oid relid, text *name)
+bucket_config_delete_memory(Oid relid, text *name)
 {
 	Datum		args[1] = {PointerGetDatum(name)};
 

@@ -1,0 +1,200 @@
+/*-------------------------------------------------------------------------
+ *
+ * spi_session.c
+ *	  The table work's SPI session: run as the extension's owner, plans
+ *	  prepared once per backend and installation, and the check that the
+ *	  installation is of this library's version.
+ *
+ * The functions run as their caller; spi_begin() switches to the
+ * extension's owner, with search_path = pg_catalog, pg_temp and
+ * sequential scans off, around the table work only, so a call answered
+ * from shared memory pays for none of it.  Every name in the statements
+ * is schema-qualified, operators included.
+ *
+ * src/spi_session.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common.h"
+#include "miscadmin.h"
+#include "spi_session.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+
+/* The installation whose version this backend checked last. */
+static Oid	checked_relid = InvalidOid;
+
+/*
+ * Fail clearly when the extension's SQL objects are of another version
+ * than this library (a new library installed, ALTER EXTENSION not yet run);
+ * once per backend and installation.
+ */
+static void
+check_version(Oid relid)
+{
+	char	   *version = NULL;
+	int			rc;
+
+	if (relid == checked_relid)
+		return;
+	checked_relid = InvalidOid;
+
+	rc = SPI_execute("SELECT extversion FROM pg_catalog.pg_extension"
+					 " WHERE extname OPERATOR(pg_catalog.=) 'tokenbucket'",
+					 true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 1)
+		version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (version == NULL || strcmp(version, TOKENBUCKET_VERSION) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension tokenbucket is version %s, its library is version %s",
+						version ? version : "(none)", TOKENBUCKET_VERSION),
+				 errhint("Run ALTER EXTENSION tokenbucket UPDATE in this database.")));
+	checked_relid = relid;
+}
+
+/*
+ * Whether this backend checked the version of installation "relid" (in an
+ * SPI session on it): then a memory bucket's entry may be used without
+ * SPI.
+ */
+bool
+version_checked(Oid relid)
+{
+	return OidIsValid(relid) && relid == checked_relid;
+}
+
+/*
+ * Start the table work of the function called: on the primary (unless only
+ * looking), as the extension's owner, with search_path = pg_catalog,
+ * pg_temp and sequential scans off (kept plans stay index lookups), and
+ * connected to SPI.  What SECURITY DEFINER and SET would do, but only
+ * around the table work.  An error undoes it all with the (sub)transaction.
+ */
+SpiSession
+spi_begin(FunctionCallInfo fcinfo, bool writes)
+{
+	SpiSession	session;
+	Oid			relid;
+	int			rc;
+
+	if (writes)
+		check_primary();
+	relid = installation_recheck(fcinfo);
+	GetUserIdAndSecContext(&session.userid, &session.sec_context);
+	SetUserIdAndSecContext(installation_owner(fcinfo),
+						   session.sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	session.nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	rc = SPI_connect();
+	if (rc != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(rc));
+	check_version(relid);
+	return session;
+}
+
+/*
+ * Let the rest of the session's table work scan tb_buckets whole (what
+ * tb_purge does), until spi_end().
+ */
+void
+spi_allow_seqscan(void)
+{
+	(void) set_config_option("enable_seqscan", "on", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+}
+
+/* End what spi_begin() began, or fail loudly. */
+void
+spi_end(SpiSession *session)
+{
+	int			rc = SPI_finish();
+
+	if (rc != SPI_OK_FINISH)
+		elog(ERROR, "SPI_finish failed: %s", SPI_result_code_string(rc));
+	AtEOXact_GUC(true, session->nestlevel);
+	SetUserIdAndSecContext(session->userid, session->sec_context);
+}
+
+/* plan_run(), on the newest committed state with "latest". */
+static uint64
+run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls, bool latest)
+{
+	int			rc;
+
+	check_version(relid);
+	if (plan->plan == NULL || plan->relid != relid)
+	{
+		char	   *nspname = get_namespace_name(get_rel_namespace(relid));
+		char	   *sql;
+		SPIPlanPtr	prepared;
+
+		if (nspname == NULL)
+			report_dropped();
+		if (plan->plan != NULL)
+			SPI_freeplan(plan->plan);
+		plan->plan = NULL;
+		sql = psprintf(plan->sql, quote_identifier(nspname));
+
+		/*
+		 * One generic plan, planned once: every statement here is an index
+		 * lookup whatever its parameters, and a custom plan per call
+		 * (which the plan cache picks when the generic one's estimate
+		 * looks worse, as for a LIMIT $n) would plan on every call.
+		 */
+		prepared = SPI_prepare_cursor(sql, plan->nargs, plan->argtypes,
+									  CURSOR_OPT_GENERIC_PLAN);
+		if (prepared == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+				 sql, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(prepared) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		plan->plan = prepared;
+		plan->relid = relid;
+	}
+	if (latest)
+		rc = SPI_execute_snapshot(plan->plan, args, nulls, GetLatestSnapshot(),
+								  InvalidSnapshot, true, false, 0);
+	else
+		rc = SPI_execute_plan(plan->plan, args, nulls, false, 0);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0 && SPI_tuptable != NULL)
+	{
+		SPI_freetuptable(SPI_tuptable);
+		SPI_tuptable = NULL;
+	}
+	return SPI_processed;
+}
+
+/*
+ * Run a kept plan on installation "relid", preparing it on first use (and
+ * checking the installation's version first); "nulls" is NULL or SPI's
+ * ' '/'n' string.  Returns the rows processed; any rows are in
+ * SPI_tuptable, for the caller to free.  With none, SPI_tuptable is freed
+ * here, so that a call naming many buckets keeps no memory per bucket.
+ */
+uint64
+plan_run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
+{
+	return run(plan, relid, args, nulls, false);
+}
+
+/*
+ * plan_run() of a read-only statement on the newest committed state (and
+ * this transaction's own changes), whatever the transaction's snapshot.
+ */
+uint64
+plan_run_latest(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
+{
+	return run(plan, relid, args, nulls, true);
+}
