@@ -60,11 +60,10 @@ static struct
 }			table_cache[TABLE_CACHE_SIZE];
 static int	table_cache_next = 0;
 
-/* The cache slot of the function called, filled on first use. */
+/* The cache slot of SQL function "function", filled on first use. */
 static int
-installation_slot(FunctionCallInfo fcinfo)
+installation_slot(Oid function)
 {
-	Oid			function = fcinfo->flinfo->fn_oid;
 	Oid			schema;
 	int			slot;
 	HeapTuple	tuple;
@@ -90,16 +89,45 @@ installation_slot(FunctionCallInfo fcinfo)
 	return slot;
 }
 
+/* Fill "inst" from cache slot "slot". */
+static void
+installation_fill(Installation *inst, int slot)
+{
+	inst->table = table_cache[slot].table;
+	inst->owner = table_cache[slot].owner;
+	inst->limits = table_cache[slot].limits;
+	inst->resolved = true;
+}
+
 /*
- * The tb_buckets table of the function called, looked up afresh: fails
- * when the function or its table was dropped since the cache was filled
- * (DROP SCHEMA under an open cursor, say).
+ * The installation of the SQL function called, to pass down: looked up
+ * at its first use (installation_resolve()).
+ */
+Installation
+installation_of(FunctionCallInfo fcinfo)
+{
+	Installation inst = {.function = fcinfo->flinfo->fn_oid};
+
+	return inst;
+}
+
+/* Look the installation up: the tb_buckets in the schema of its function. */
+void
+installation_resolve(Installation *inst)
+{
+	installation_fill(inst, installation_slot(inst->function));
+}
+
+/*
+ * The installation's tb_buckets, looked up afresh: fails when its
+ * function or its table was dropped since the cache was filled (DROP
+ * SCHEMA under an open cursor, say).
  */
 Oid
-installation_recheck(FunctionCallInfo fcinfo)
+installation_recheck(Installation *inst)
 {
-	int			slot = installation_slot(fcinfo);
-	Oid			schema = get_func_namespace(fcinfo->flinfo->fn_oid);
+	int			slot = installation_slot(inst->function);
+	Oid			schema = get_func_namespace(inst->function);
 	Oid			table = OidIsValid(schema) ?
 		get_relname_relid("tb_buckets", schema) : InvalidOid;
 
@@ -108,34 +136,10 @@ installation_recheck(FunctionCallInfo fcinfo)
 		table_cache[slot].function = InvalidOid;
 		if (!OidIsValid(table))
 			report_dropped();
-		slot = installation_slot(fcinfo);
+		slot = installation_slot(inst->function);
 	}
-	return table_cache[slot].table;
-}
-
-/* The tb_buckets table in the schema of the function called. */
-Oid
-installation_table(FunctionCallInfo fcinfo)
-{
-	return table_cache[installation_slot(fcinfo)].table;
-}
-
-/* The owner of that table: the extension's owner. */
-Oid
-installation_owner(FunctionCallInfo fcinfo)
-{
-	return table_cache[installation_slot(fcinfo)].owner;
-}
-
-/*
- * The tb_limits table of the function called: the installation whose
- * limits' counters are kept apart from its buckets' (a limit and a bucket
- * may share a name).
- */
-Oid
-installation_limits(FunctionCallInfo fcinfo)
-{
-	return table_cache[installation_slot(fcinfo)].limits;
+	installation_fill(inst, slot);
+	return inst->table;
 }
 
 /* Whether a name of "len" bytes is a template's: it ends in '*'. */
@@ -261,10 +265,10 @@ materialize_begin(FunctionCallInfo fcinfo, TupleDesc *desc)
  * them (the views call it as their reader).
  */
 void
-check_may_read(FunctionCallInfo fcinfo, const char *function,
+check_may_read(Installation *inst, const char *function,
 			   const char *const *views)
 {
-	Oid			namespace = get_rel_namespace(installation_table(fcinfo));
+	Oid			namespace = get_rel_namespace(installation_table(inst));
 
 	for (int i = 0; views[i] != NULL; i++)
 	{

@@ -23,12 +23,58 @@
 #include "varatt.h"
 #endif
 
-/* The installation of a function called: its tb_buckets, and their owner. */
-extern Oid	installation_table(FunctionCallInfo fcinfo);
-extern Oid	installation_owner(FunctionCallInfo fcinfo);
-extern Oid	installation_limits(FunctionCallInfo fcinfo);
-extern Oid	installation_recheck(FunctionCallInfo fcinfo);
+/*
+ * The installation a call serves: its tb_buckets, their owner (the
+ * extension's) and its tb_limits, named by the SQL function called.  An
+ * entry point takes it from its fcinfo (installation_of()) and passes it
+ * down: nothing below the entry points sees fcinfo.  It is looked up once,
+ * at its first use (installation_table() and the others), so that what
+ * fails before it is needed (an argument, a standby, an isolation level)
+ * fails first.
+ */
+typedef struct Installation
+{
+	Oid			function;		/* the SQL function called */
+	bool		resolved;		/* the fields below are looked up */
+	Oid			table;			/* its tb_buckets */
+	Oid			owner;			/* their owner: the extension's */
+	Oid			limits;			/* its tb_limits (InvalidOid before 1.6) */
+} Installation;
+
+extern Installation installation_of(FunctionCallInfo fcinfo);
+extern void installation_resolve(Installation *inst);
+extern Oid	installation_recheck(Installation *inst);
 extern void report_dropped(void);
+
+/* The installation's tb_buckets. */
+static inline Oid
+installation_table(Installation *inst)
+{
+	if (!inst->resolved)
+		installation_resolve(inst);
+	return inst->table;
+}
+
+/* The owner of its tb_buckets: the extension's owner. */
+static inline Oid
+installation_owner(Installation *inst)
+{
+	if (!inst->resolved)
+		installation_resolve(inst);
+	return inst->owner;
+}
+
+/*
+ * Its tb_limits: the installation whose limits' counters are kept apart
+ * from its buckets' (a limit and a bucket may share a name).
+ */
+static inline Oid
+installation_limits(Installation *inst)
+{
+	if (!inst->resolved)
+		installation_resolve(inst);
+	return inst->limits;
+}
 
 /* A DROP that takes an installation or a database with it (object_access_hook). */
 extern bool installation_dropped(ObjectAccessType access, Oid classId, Oid objectId,
@@ -56,7 +102,7 @@ extern bool subxact_run(bool (*step) (void *arg), void *arg, int catch_sqlstate,
 /* Set-returning functions and who may call them */
 extern Tuplestorestate *materialize_begin(FunctionCallInfo fcinfo,
 										  TupleDesc *desc);
-extern void check_may_read(FunctionCallInfo fcinfo, const char *function,
+extern void check_may_read(Installation *inst, const char *function,
 						   const char *const *views);
 
 #endif							/* TOKENBUCKET_COMMON_H */

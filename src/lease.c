@@ -1111,7 +1111,7 @@ lease_and_then_step(void *arg)
  * the way that reads the configuration); otherwise *granted says.
  */
 static bool
-lease_fast(FunctionCallInfo fcinfo, LeaseAsk *ask, bool *granted)
+lease_fast(Installation *inst, LeaseAsk *ask, bool *granted)
 {
 	/* leases dropped from before the configuration is checked: see lease_memory.c */
 	uint64		generation = lease_memory_generation();
@@ -1121,12 +1121,12 @@ lease_fast(FunctionCallInfo fcinfo, LeaseAsk *ask, bool *granted)
 
 	uint64		config = lease_memory_config_generation();
 
-	ask->relid = installation_table(fcinfo);
+	ask->relid = installation_table(inst);
 	cached = config != 0 ? cached_entry(ask->relid, ask->name, config) : NULL;
 	if (cached == NULL)
 		return false;
 	limit = &cached->limit;
-	ask->limits = installation_limits(fcinfo);
+	ask->limits = installation_limits(inst);
 	ask->caller = GetUserId();
 	ask->template_len = limit->template_len;
 	ask->memory = true;
@@ -1145,7 +1145,7 @@ lease_fast(FunctionCallInfo fcinfo, LeaseAsk *ask, bool *granted)
  * whether the lease was granted, its id in *lease.
  */
 bool
-lease_with(FunctionCallInfo fcinfo, const LeaseRequest *request, bool wait,
+lease_with(Installation *inst, const LeaseRequest *request, bool wait,
 		   TimestampTz deadline, int64 *lease)
 {
 	LeaseAsk	ask = {0};
@@ -1171,15 +1171,15 @@ lease_with(FunctionCallInfo fcinfo, const LeaseRequest *request, bool wait,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("slots must be 1 or more, not %d", ask.slots)));
 
-	if (!wait && request->and_then == NULL && lease_fast(fcinfo, &ask, &granted))
+	if (!wait && request->and_then == NULL && lease_fast(inst, &ask, &granted))
 	{
 		*lease = ask.lease;
 		return granted;
 	}
 
-	session = spi_begin(fcinfo, true);
-	ask.relid = installation_table(fcinfo);
-	ask.limits = installation_limits(fcinfo);
+	session = spi_begin(inst, true);
+	ask.relid = installation_table(inst);
+	ask.limits = installation_limits(inst);
 	ask.caller = session.userid;
 	ask.template_len = -1;
 	if (wait)
@@ -1237,13 +1237,14 @@ tb_lease(PG_FUNCTION_ARGS)
 {
 	int64		id;
 
+	Installation inst = installation_of(fcinfo);
 	LeaseRequest request;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
 		PG_RETURN_NULL();
 	request = request_from_args(fcinfo);
 	request.reserve = reserve_arg(fcinfo, 4);
-	if (!lease_with(fcinfo, &request, false, 0, &id))
+	if (!lease_with(&inst, &request, false, 0, &id))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(id);
 }
@@ -1262,6 +1263,7 @@ tb_lease_wait(PG_FUNCTION_ARGS)
 	TimestampTz deadline;
 	LeaseRequest request;
 	int64		id;
+	Installation inst = installation_of(fcinfo);
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
 		PG_RETURN_NULL();
@@ -1269,7 +1271,7 @@ tb_lease_wait(PG_FUNCTION_ARGS)
 							  GetCurrentTimestamp());
 	request = request_from_args(fcinfo);
 	request.reserve = reserve_arg(fcinfo, 5);
-	if (!lease_with(fcinfo, &request, true, deadline, &id))
+	if (!lease_with(&inst, &request, true, deadline, &id))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(id);
 }
@@ -1300,20 +1302,20 @@ static KeptPlan release_plan = {
  * shared memory, with no statement run.
  */
 static bool
-release_memory(FunctionCallInfo fcinfo, int64 id)
+release_memory(Installation *inst, int64 id)
 {
 	Oid			caller = GetUserId();
 	char	   *name = NULL;
 	int32		slots = 0;
 	int			template_len = 0;
 
-	switch (lease_memory_release(installation_table(fcinfo), id, caller,
-								 has_privs_of_role(caller, installation_owner(fcinfo)),
+	switch (lease_memory_release(installation_table(inst), id, caller,
+								 has_privs_of_role(caller, installation_owner(inst)),
 								 GetCurrentTimestamp(), &name, &slots, &template_len))
 	{
 		case MEMORY_RELEASE_FREED:
-			count_limit(&(LeaseAsk) {.relid = installation_table(fcinfo),
-						.limits = installation_limits(fcinfo),
+			count_limit(&(LeaseAsk) {.relid = installation_table(inst),
+						.limits = installation_limits(inst),
 						.name = cstring_to_text(name), .template_len = template_len},
 						&(StatsCounters) {.released = slots});
 			return true;
@@ -1343,13 +1345,14 @@ tb_release(PG_FUNCTION_ARGS)
 	SpiSession	session;
 	Oid			relid;
 	bool		isnull;
+	Installation inst = installation_of(fcinfo);
 
 	if (LEASE_IS_MEMORY(id))
-		PG_RETURN_BOOL(release_memory(fcinfo, id));
-	session = spi_begin(fcinfo, true);
-	relid = installation_table(fcinfo);
+		PG_RETURN_BOOL(release_memory(&inst, id));
+	session = spi_begin(&inst, true);
+	relid = installation_table(&inst);
 	args[0] = Int64GetDatum(id);
-	args[1] = BoolGetDatum(has_privs_of_role(session.userid, installation_owner(fcinfo)));
+	args[1] = BoolGetDatum(has_privs_of_role(session.userid, installation_owner(&inst)));
 	args[2] = ObjectIdGetDatum(session.userid);
 	args[3] = TimestampTzGetDatum(GetCurrentTimestamp());
 	args[4] = Int32GetDatum(lease_key(id));
@@ -1364,7 +1367,7 @@ tb_release(PG_FUNCTION_ARGS)
 		SPI_freetuptable(SPI_tuptable);
 		SPI_tuptable = NULL;
 		freed = true;
-		count_limit(&(LeaseAsk) {.relid = relid, .limits = installation_limits(fcinfo),
+		count_limit(&(LeaseAsk) {.relid = relid, .limits = installation_limits(&inst),
 					.name = name, .template_len = -1},
 					&(StatsCounters) {.released = slots});
 	}
@@ -1397,6 +1400,7 @@ tb_create_limit(PG_FUNCTION_ARGS)
 	BoolGetDatum(memory)};
 	SpiSession	session;
 	Oid			relid;
+	Installation inst = installation_of(fcinfo);
 
 	check_limit_name(name);
 	check_max_in_flight(max_in_flight);
@@ -1410,8 +1414,8 @@ tb_create_limit(PG_FUNCTION_ARGS)
 							lease_memory_name_max(), VARSIZE_ANY_EXHDR(name)),
 					 errdetail("A memory limit's name is kept in shared memory, in a fixed space.")));
 	}
-	session = spi_begin(fcinfo, true);
-	relid = installation_table(fcinfo);
+	session = spi_begin(&inst, true);
+	relid = installation_table(&inst);
 	if (plan_run(&create_limit_plan, relid, args, NULL) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNIQUE_VIOLATION),
@@ -1445,11 +1449,12 @@ tb_alter_limit(PG_FUNCTION_ARGS)
 	int32		max_in_flight = PG_GETARG_INT32(1);
 	Datum		args[2] = {PointerGetDatum(name), Int32GetDatum(max_in_flight)};
 	SpiSession	session;
+	Installation inst = installation_of(fcinfo);
 
 	check_limit_name(name);
 	check_max_in_flight(max_in_flight);
-	session = spi_begin(fcinfo, true);
-	if (plan_run(&alter_limit_plan, installation_table(fcinfo), args, NULL) == 0)
+	session = spi_begin(&inst, true);
+	if (plan_run(&alter_limit_plan, installation_table(&inst), args, NULL) == 0)
 		report_no_limit(name);
 	spi_end(&session);
 	wake_later(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
@@ -1487,14 +1492,14 @@ static KeptPlan purge_plan = {
  * lease makes them again, free).  Returns how many names.
  */
 uint64
-lease_purge(FunctionCallInfo fcinfo, TimestampTz idle_since, TimestampTz now)
+lease_purge(Installation *inst, TimestampTz idle_since, TimestampTz now)
 {
 	Datum		args[2] = {TimestampTzGetDatum(now), TimestampTzGetDatum(idle_since)};
-	SpiSession	session = spi_begin(fcinfo, true);
+	SpiSession	session = spi_begin(inst, true);
 	uint64		names = 0;
 
 	spi_allow_seqscan();		/* it reads every slot */
-	if (plan_run(&purge_plan, installation_table(fcinfo), args, NULL) == 1)
+	if (plan_run(&purge_plan, installation_table(inst), args, NULL) == 1)
 	{
 		bool		isnull;
 
@@ -1534,11 +1539,11 @@ static KeptPlan drop_slots_plan = {
  * commits); false when there was none.
  */
 bool
-lease_drop_limit(FunctionCallInfo fcinfo, text *name)
+lease_drop_limit(Installation *inst, text *name)
 {
 	Datum		args[1] = {PointerGetDatum(name)};
-	SpiSession	session = spi_begin(fcinfo, true);
-	Oid			relid = installation_table(fcinfo);
+	SpiSession	session = spi_begin(inst, true);
+	Oid			relid = installation_table(inst);
 	bool		dropped;
 
 	dropped = plan_run(&drop_limit_plan, relid, args, NULL) > 0;

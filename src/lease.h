@@ -11,6 +11,7 @@
 #ifndef TOKENBUCKET_LEASE_H
 #define TOKENBUCKET_LEASE_H
 
+#include "common.h"
 #include "datatype/timestamp.h"
 #include "fmgr.h"
 
@@ -34,10 +35,10 @@ typedef struct LeaseRequest
 
 extern void lease_init(void);
 extern void lease_forget_installation(Oid dbid, Oid relid);
-extern bool lease_with(FunctionCallInfo fcinfo, const LeaseRequest *request,
+extern bool lease_with(Installation *inst, const LeaseRequest *request,
 					   bool wait, TimestampTz deadline, int64 *lease);
-extern bool lease_drop_limit(FunctionCallInfo fcinfo, text *name);
-extern uint64 lease_purge(FunctionCallInfo fcinfo, TimestampTz idle_since,
+extern bool lease_drop_limit(Installation *inst, text *name);
+extern uint64 lease_purge(Installation *inst, TimestampTz idle_since,
 						  TimestampTz now);
 
 /* the transaction's end, for xact.c alone */

@@ -892,13 +892,14 @@ PG_FUNCTION_INFO_V1(tb_limits_changed);
 Datum
 tb_limits_changed(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	int			memory;
 
 	/* only ever the extension's own AFTER trigger on its own table */
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
 		!TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event) ||
-		RelationGetRelid(trigdata->tg_relation) != installation_limits(fcinfo))
+		RelationGetRelid(trigdata->tg_relation) != installation_limits(&inst))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("tb_limits_changed() is only the trigger of tokenbucket's table tb_limits"),
@@ -926,6 +927,7 @@ PG_FUNCTION_INFO_V1(tb_memory_leases);
 Datum
 tb_memory_leases(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	static const char *const views[] = {"tb_leases", "tb_status", "tb_stats", NULL};
 	TupleDesc	desc;
 	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
@@ -935,10 +937,10 @@ tb_memory_leases(PG_FUNCTION_ARGS)
 	int			n = 0;
 	int			maxrows = 0;
 
-	check_may_read(fcinfo, "tb_memory_leases()", views);
+	check_may_read(&inst, "tb_memory_leases()", views);
 	if (lease_shared == NULL)
 		return (Datum) 0;
-	relid = installation_table(fcinfo);
+	relid = installation_table(&inst);
 	/* room first, for the leases held now: nothing may fail under the lock */
 	LWLockAcquire(lease_shared->lock, LW_SHARED);
 	for (int i = 0; i < max_memory_leases; i++)

@@ -899,13 +899,14 @@ PG_FUNCTION_INFO_V1(tb_memory_buckets);
 Datum
 tb_memory_buckets(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	static const char *const views[] = {"tb_status", "tb_stats", NULL};
 	TupleDesc	desc;
 	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
 
 	/* the views built on it call it as their reader */
-	check_may_read(fcinfo, "tb_memory_buckets()", views);
-	memory_list(installation_table(fcinfo), store, desc);
+	check_may_read(&inst, "tb_memory_buckets()", views);
+	memory_list(installation_table(&inst), store, desc);
 	return (Datum) 0;
 }
 
@@ -937,14 +938,15 @@ PG_FUNCTION_INFO_V1(tb_memory_counters);
 Datum
 tb_memory_counters(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	static const char *const views[] = {"tb_stats", NULL};
 	TupleDesc	desc;
 	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
-	Oid			relid = installation_table(fcinfo);
+	Oid			relid = installation_table(&inst);
 	ListedEntry *rows = NULL;
 	int			maxrows = 0;
 
-	check_may_read(fcinfo, "tb_memory_counters()", views);
+	check_may_read(&inst, "tb_memory_counters()", views);
 	if (memory_shared == NULL || RecoveryInProgress())
 		return (Datum) 0;
 	memory_require();
@@ -977,17 +979,18 @@ PG_FUNCTION_INFO_V1(tb_memory_templates);
 Datum
 tb_memory_templates(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	static const char *const views[] = {"tb_template_stats", "tb_stats", "tb_status", NULL};
 	TupleDesc	desc;
 	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
-	Oid			relid = installation_table(fcinfo);
+	Oid			relid = installation_table(&inst);
 	HASH_SEQ_STATUS status;
 	MemoryTemplate *template;
 	SharedKey  *names;
 	int64	   *keys;
 	int			n = 0;
 
-	check_may_read(fcinfo, "tb_memory_templates()", views);
+	check_may_read(&inst, "tb_memory_templates()", views);
 	if (memory_shared == NULL || RecoveryInProgress())
 		return (Datum) 0;
 	memory_require();

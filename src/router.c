@@ -401,7 +401,7 @@ take_all(Oid relid, Request *requests, int nrequests, TimestampTz now)
 /* What the counters need to learn a table bucket's template. */
 typedef struct TemplateLookup
 {
-	FunctionCallInfo fcinfo;
+	Installation *inst;
 	Oid			relid;
 	text	   *name;
 	int			template_len;	/* what it found */
@@ -413,7 +413,7 @@ template_step(void *arg)
 {
 	TemplateLookup *lookup = arg;
 	BucketConfig config;
-	SpiSession	session = spi_begin(lookup->fcinfo, false);
+	SpiSession	session = spi_begin(lookup->inst, false);
 
 	(void) bucket_config_find(lookup->relid, lookup->name, GetCurrentTimestamp(),
 							  false, 0, &config);
@@ -444,10 +444,10 @@ template_of(void *arg)
  * bucket, whose template stats.c looks up when it needs to.
  */
 static void
-count(FunctionCallInfo fcinfo, text *name, int template_len,
+count(Installation *inst, text *name, int template_len,
 	  const StatsCounters *delta, TimestampTz now)
 {
-	TemplateLookup lookup = {fcinfo, installation_table(fcinfo), name, 0};
+	TemplateLookup lookup = {inst, installation_table(inst), name, 0};
 
 	stats_count(lookup.relid, name, delta, template_len, template_of, &lookup,
 				template_len > 0 ? memory_store.count : NULL, now);
@@ -459,7 +459,7 @@ count(FunctionCallInfo fcinfo, text *name, int template_len,
  * session's grant did and none is short now).
  */
 static void
-count_decision(FunctionCallInfo fcinfo, const Request *requests, int nrequests,
+count_decision(Installation *inst, const Request *requests, int nrequests,
 			   bool granted, TimestampTz now)
 {
 	bool		any_short = false;
@@ -484,10 +484,10 @@ count_decision(FunctionCallInfo fcinfo, const Request *requests, int nrequests,
 		else
 			delta.denied = 1;
 		if (requests[i].counted)	/* for the key's own counters already */
-			stats_count_template(installation_table(fcinfo), requests[i].name,
+			stats_count_template(installation_table(inst), requests[i].name,
 								 requests[i].template_len, &delta, now);
 		else
-			count(fcinfo, requests[i].name, requests[i].template_len, &delta, now);
+			count(inst, requests[i].name, requests[i].template_len, &delta, now);
 	}
 }
 
@@ -496,10 +496,10 @@ count_decision(FunctionCallInfo fcinfo, const Request *requests, int nrequests,
  * bucket named is a memory bucket with an entry, no SPI at all.
  */
 bool
-router_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
+router_take(Installation *inst, Request *requests, int nrequests,
 			TimestampTz now)
 {
-	Oid			relid = installation_table(fcinfo);
+	Oid			relid = installation_table(inst);
 	StoreResult result = STORE_ABSENT;
 	bool		granted;
 
@@ -515,8 +515,8 @@ router_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 			check_cost(&requests[i]);
 	}
 	else
-		granted = router_attempt(fcinfo, requests, nrequests, now);
-	count_decision(fcinfo, requests, nrequests, granted, now);
+		granted = router_attempt(inst, requests, nrequests, now);
+	count_decision(inst, requests, nrequests, granted, now);
 	return granted;
 }
 
@@ -525,11 +525,11 @@ router_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
  * counting: one attempt of a waiter (wait.c counts the wait).
  */
 bool
-router_attempt(FunctionCallInfo fcinfo, Request *requests, int nrequests,
+router_attempt(Installation *inst, Request *requests, int nrequests,
 			   TimestampTz now)
 {
-	SpiSession	session = spi_begin(fcinfo, true);
-	bool		granted = take_all(installation_table(fcinfo), requests,
+	SpiSession	session = spi_begin(inst, true);
+	bool		granted = take_all(installation_table(inst), requests,
 								   nrequests, now);
 
 	spi_end(&session);
@@ -543,7 +543,7 @@ router_attempt(FunctionCallInfo fcinfo, Request *requests, int nrequests,
  * one that ends the backend: its transaction's abort adds what it counted.
  */
 void
-router_count_wait_begin(FunctionCallInfo fcinfo, const Request *requests,
+router_count_wait_begin(Installation *inst, const Request *requests,
 						int nrequests)
 {
 	TimestampTz now;
@@ -556,8 +556,8 @@ router_count_wait_begin(FunctionCallInfo fcinfo, const Request *requests,
 		StatsCounters delta = {.cancelled = 1};
 		Request		probe = {.name = requests[i].name, .template_len = -1};
 
-		(void) memory_store.peek(installation_table(fcinfo), &probe);
-		count(fcinfo, requests[i].name, probe.template_len, &delta, now);
+		(void) memory_store.peek(installation_table(inst), &probe);
+		count(inst, requests[i].name, probe.template_len, &delta, now);
 	}
 }
 
@@ -566,7 +566,7 @@ router_count_wait_begin(FunctionCallInfo fcinfo, const Request *requests,
  * timeout, and how long it waited ("waited_usecs" -1: it did not).
  */
 void
-router_count_wait(FunctionCallInfo fcinfo, const Request *requests,
+router_count_wait(Installation *inst, const Request *requests,
 				  int nrequests, bool granted, int64 waited_usecs)
 {
 	TimestampTz now;
@@ -583,7 +583,7 @@ router_count_wait(FunctionCallInfo fcinfo, const Request *requests,
 		delta.timeouts = granted ? 0 : 1;
 		delta.waited = waited_usecs >= 0 ? 1 : 0;
 		delta.wait_usecs = Max(waited_usecs, 0);
-		count(fcinfo, requests[i].name, requests[i].template_len, &delta, now);
+		count(inst, requests[i].name, requests[i].template_len, &delta, now);
 	}
 }
 
@@ -594,10 +594,10 @@ router_count_wait(FunctionCallInfo fcinfo, const Request *requests,
  * and in every store that keeps its keys' counters.
  */
 void
-router_reset_counters(FunctionCallInfo fcinfo, text *name)
+router_reset_counters(Installation *inst, text *name)
 {
-	Oid			relid = installation_table(fcinfo);
-	Oid			limits = installation_limits(fcinfo);
+	Oid			relid = installation_table(inst);
+	Oid			limits = installation_limits(inst);
 
 	stats_reset(relid, name);
 	/* a limit's of that name too, kept apart from its buckets' */
@@ -613,9 +613,9 @@ router_reset_counters(FunctionCallInfo fcinfo, text *name)
  * wakes.  True when every bucket's store wakes its waiter.
  */
 bool
-router_watch(FunctionCallInfo fcinfo, Request *requests, int nrequests, bool on)
+router_watch(Installation *inst, Request *requests, int nrequests, bool on)
 {
-	Oid			relid = installation_table(fcinfo);
+	Oid			relid = installation_table(inst);
 	bool		all = true;
 
 	for (int i = 0; i < nrequests; i++)
@@ -632,11 +632,11 @@ router_watch(FunctionCallInfo fcinfo, Request *requests, int nrequests, bool on)
 
 /* Look at a request's bucket now, changing nothing (peek_one()). */
 void
-router_peek(FunctionCallInfo fcinfo, Request *request, TimestampTz now)
+router_peek(Installation *inst, Request *request, TimestampTz now)
 {
-	SpiSession	session = spi_begin(fcinfo, false);
+	SpiSession	session = spi_begin(inst, false);
 
-	peek_one(installation_table(fcinfo), request, now);
+	peek_one(installation_table(inst), request, now);
 	spi_end(&session);
 }
 
@@ -647,11 +647,11 @@ router_peek(FunctionCallInfo fcinfo, Request *request, TimestampTz now)
  * grant or a new setting goes through here.
  */
 Bucket
-router_update(FunctionCallInfo fcinfo, text *name, BucketChange change,
+router_update(Installation *inst, text *name, BucketChange change,
 			  const void *arg, const StatsCounters *delta, TimestampTz now)
 {
-	SpiSession	session = spi_begin(fcinfo, true);
-	Oid			relid = installation_table(fcinfo);
+	SpiSession	session = spi_begin(inst, true);
+	Oid			relid = installation_table(inst);
 	Bucket		after;
 	int			attempt;
 
@@ -672,19 +672,19 @@ router_update(FunctionCallInfo fcinfo, text *name, BucketChange change,
 		Request		probe = {.name = name, .template_len = -1};
 
 		(void) memory_store.peek(relid, &probe);
-		count(fcinfo, name, probe.template_len, delta, now);
+		count(inst, name, probe.template_len, delta, now);
 	}
 	return after;
 }
 
 /* Fail unless bucket "name" exists, or its template would make it. */
 void
-router_require(FunctionCallInfo fcinfo, text *name)
+router_require(Installation *inst, text *name)
 {
 	Request		request = {.name = name, .cost = 0, .template_len = -1};
-	SpiSession	session = spi_begin(fcinfo, true);
+	SpiSession	session = spi_begin(inst, true);
 
-	peek_one(installation_table(fcinfo), &request, GetCurrentTimestamp());
+	peek_one(installation_table(inst), &request, GetCurrentTimestamp());
 	spi_end(&session);
 }
 
@@ -695,11 +695,11 @@ router_require(FunctionCallInfo fcinfo, text *name)
  * transaction commits.
  */
 void
-router_alter(FunctionCallInfo fcinfo, text *name, double capacity,
+router_alter(Installation *inst, text *name, double capacity,
 			 double refill_rate)
 {
-	SpiSession	session = spi_begin(fcinfo, true);
-	Oid			relid = installation_table(fcinfo);
+	SpiSession	session = spi_begin(inst, true);
+	Oid			relid = installation_table(inst);
 	TimestampTz now = GetCurrentTimestamp();
 
 	for (int attempt = 0;; attempt++)
@@ -721,16 +721,16 @@ router_alter(FunctionCallInfo fcinfo, text *name, double capacity,
  * when the transaction commits.
  */
 bool
-router_create(FunctionCallInfo fcinfo, text *name, double capacity,
+router_create(Installation *inst, text *name, double capacity,
 			  double refill_rate, bool memory)
 {
-	SpiSession	session = spi_begin(fcinfo, true);
+	SpiSession	session = spi_begin(inst, true);
 	bool		created;
 
 	if (memory)
 		memory_store.check_make(VARSIZE_ANY_EXHDR(name) -
 								(is_template_name(name) ? 1 : 0));
-	created = bucket_config_insert(installation_table(fcinfo), name, capacity,
+	created = bucket_config_insert(installation_table(inst), name, capacity,
 								   refill_rate, memory, GetCurrentTimestamp());
 	spi_end(&session);
 	return created;
@@ -742,10 +742,10 @@ router_create(FunctionCallInfo fcinfo, text *name, double capacity,
  * commits.
  */
 bool
-router_drop(FunctionCallInfo fcinfo, text *name)
+router_drop(Installation *inst, text *name)
 {
-	SpiSession	session = spi_begin(fcinfo, true);
-	Oid			relid = installation_table(fcinfo);
+	SpiSession	session = spi_begin(inst, true);
+	Oid			relid = installation_table(inst);
 	bool		dropped;
 
 	/* a table row; a memory bucket's or template's row; an entry alone */
@@ -761,10 +761,10 @@ router_drop(FunctionCallInfo fcinfo, text *name)
  * "idle_since", in every store.  Returns how many.
  */
 uint64
-router_purge(FunctionCallInfo fcinfo, TimestampTz idle_since, TimestampTz now)
+router_purge(Installation *inst, TimestampTz idle_since, TimestampTz now)
 {
-	SpiSession	session = spi_begin(fcinfo, true);
-	Oid			relid = installation_table(fcinfo);
+	SpiSession	session = spi_begin(inst, true);
+	Oid			relid = installation_table(inst);
 	uint64		purged = 0;
 
 	spi_allow_seqscan();		/* it reads the whole table */
@@ -803,6 +803,7 @@ Datum
 tb_buckets_changed(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	Installation inst = installation_of(fcinfo);
 	TupleDesc	desc;
 	Oid			relid;
 	HeapTuple	old_row = NULL;
@@ -812,7 +813,7 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
 		TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event) !=
 		TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event) ||
-		RelationGetRelid(trigdata->tg_relation) != installation_table(fcinfo))
+		RelationGetRelid(trigdata->tg_relation) != installation_table(&inst))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("tb_buckets_changed() is only the trigger of tokenbucket's table tb_buckets"),

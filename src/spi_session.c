@@ -71,14 +71,15 @@ version_checked(Oid relid)
 }
 
 /*
- * Start the table work of the function called: on the primary (unless only
- * looking), as the extension's owner, with search_path = pg_catalog,
- * pg_temp and sequential scans off (kept plans stay index lookups), and
- * connected to SPI.  What SECURITY DEFINER and SET would do, but only
- * around the table work.  An error undoes it all with the (sub)transaction.
+ * Start the table work of a call on installation "inst" (looked up
+ * afresh): on the primary (unless only looking), as the extension's
+ * owner, with search_path = pg_catalog, pg_temp and sequential scans off
+ * (kept plans stay index lookups), and connected to SPI.  What SECURITY
+ * DEFINER and SET would do, but only around the table work.  An error
+ * undoes it all with the (sub)transaction.
  */
 SpiSession
-spi_begin(FunctionCallInfo fcinfo, bool writes)
+spi_begin(Installation *inst, bool writes)
 {
 	SpiSession	session;
 	Oid			relid;
@@ -86,9 +87,9 @@ spi_begin(FunctionCallInfo fcinfo, bool writes)
 
 	if (writes)
 		check_primary();
-	relid = installation_recheck(fcinfo);
+	relid = installation_recheck(inst);
 	GetUserIdAndSecContext(&session.userid, &session.sec_context);
-	SetUserIdAndSecContext(installation_owner(fcinfo),
+	SetUserIdAndSecContext(installation_owner(inst),
 						   session.sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	session.nestlevel = NewGUCNestLevel();
 	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,

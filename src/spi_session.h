@@ -11,8 +11,8 @@
 #ifndef TOKENBUCKET_SPI_SESSION_H
 #define TOKENBUCKET_SPI_SESSION_H
 
+#include "common.h"
 #include "executor/spi.h"
-#include "fmgr.h"
 
 /* What spi_begin() changed, for spi_end() to restore. */
 typedef struct SpiSession
@@ -22,7 +22,7 @@ typedef struct SpiSession
 	int			nestlevel;
 } SpiSession;
 
-extern SpiSession spi_begin(FunctionCallInfo fcinfo, bool writes);
+extern SpiSession spi_begin(Installation *inst, bool writes);
 extern void spi_allow_seqscan(void);
 extern void spi_end(SpiSession *session);
 

@@ -1293,13 +1293,14 @@ PG_FUNCTION_INFO_V1(tb_stats_counters);
 Datum
 tb_stats_counters(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	static const char *const views[] = {"tb_stats", NULL};
 	TupleDesc	desc;
 	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
 
-	check_may_read(fcinfo, "tb_stats_counters()", views);
+	check_may_read(&inst, "tb_stats_counters()", views);
 	stats_require();
-	list_counters(installation_table(fcinfo), (1 << STATS_NAMED) | (1 << STATS_KEY),
+	list_counters(installation_table(&inst), (1 << STATS_NAMED) | (1 << STATS_KEY),
 				  false, store, desc);
 	return (Datum) 0;
 }
@@ -1314,13 +1315,14 @@ PG_FUNCTION_INFO_V1(tb_template_counters);
 Datum
 tb_template_counters(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	static const char *const views[] = {"tb_template_stats", "tb_stats", NULL};
 	TupleDesc	desc;
 	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
 
-	check_may_read(fcinfo, "tb_template_counters()", views);
+	check_may_read(&inst, "tb_template_counters()", views);
 	stats_require();
-	list_counters(installation_table(fcinfo), 1 << STATS_TEMPLATE, false, store, desc);
+	list_counters(installation_table(&inst), 1 << STATS_TEMPLATE, false, store, desc);
 	return (Datum) 0;
 }
 
@@ -1337,14 +1339,15 @@ PG_FUNCTION_INFO_V1(tb_limit_counters);
 Datum
 tb_limit_counters(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	static const char *const views[] = {"tb_stats", NULL};
 	TupleDesc	desc;
 	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
 	Oid			limits;
 
-	check_may_read(fcinfo, "tb_limit_counters()", views);
+	check_may_read(&inst, "tb_limit_counters()", views);
 	stats_require();
-	limits = installation_limits(fcinfo);
+	limits = installation_limits(&inst);
 	if (!OidIsValid(limits))
 		report_dropped();
 	list_counters(limits, (1 << STATS_NAMED) | (1 << STATS_KEY) | (1 << STATS_TEMPLATE),

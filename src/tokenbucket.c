@@ -408,10 +408,11 @@ PG_FUNCTION_INFO_V1(tb_acquire);
 Datum
 tb_acquire(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	Request		request = request_from(fcinfo, PG_GETARG_TEXT_PP(0),
 									   PG_NARGS() > 1 ? PG_GETARG_FLOAT8(1) : 1.0, 2);
 
-	PG_RETURN_BOOL(router_take(fcinfo, &request, 1, GetCurrentTimestamp()));
+	PG_RETURN_BOOL(router_take(&inst, &request, 1, GetCurrentTimestamp()));
 }
 
 PG_FUNCTION_INFO_V1(tb_try);
@@ -424,9 +425,10 @@ PG_FUNCTION_INFO_V1(tb_try);
 Datum
 tb_try(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	Request		request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
 	TimestampTz now = GetCurrentTimestamp();
-	bool		granted = router_take(fcinfo, &request, 1, now);
+	bool		granted = router_take(&inst, &request, 1, now);
 
 	PG_RETURN_DATUM(report_datum(fcinfo, &request, granted, now));
 }
@@ -443,11 +445,12 @@ PG_FUNCTION_INFO_V1(tb_peek);
 Datum
 tb_peek(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	Request		request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
 	TimestampTz now = GetCurrentTimestamp();
 	bool		granted;
 
-	router_peek(fcinfo, &request, now);
+	router_peek(&inst, &request, now);
 	granted = bucket_take(&request.bucket, request.cost, request.reserve, now);
 	PG_RETURN_DATUM(report_datum(fcinfo, &request, granted, now));
 }
@@ -461,6 +464,7 @@ PG_FUNCTION_INFO_V1(tb_acquire_wait);
 Datum
 tb_acquire_wait(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	Request		request;
 	TimestampTz deadline;
 	int64		waited_usecs;
@@ -471,8 +475,8 @@ tb_acquire_wait(PG_FUNCTION_ARGS)
 	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), -1);
 	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 							  GetCurrentTimestamp());
-	granted = wait_and_take(fcinfo, &request, 1, deadline, &waited_usecs);
-	router_count_wait(fcinfo, &request, 1, granted, waited_usecs);
+	granted = wait_and_take(&inst, &request, 1, deadline, &waited_usecs);
+	router_count_wait(&inst, &request, 1, granted, waited_usecs);
 	PG_RETURN_BOOL(granted);
 }
 
@@ -485,13 +489,14 @@ PG_FUNCTION_INFO_V1(tb_acquire_all);
 Datum
 tb_acquire_all(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	Request    *requests;
 	int			n;
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_NULL();
 	requests = requests_from_args(fcinfo, 2, &n);
-	PG_RETURN_BOOL(router_take(fcinfo, requests, n, GetCurrentTimestamp()));
+	PG_RETURN_BOOL(router_take(&inst, requests, n, GetCurrentTimestamp()));
 }
 
 PG_FUNCTION_INFO_V1(tb_acquire_all_wait);
@@ -500,6 +505,7 @@ PG_FUNCTION_INFO_V1(tb_acquire_all_wait);
 Datum
 tb_acquire_all_wait(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	Request    *requests;
 	int			n;
 	TimestampTz deadline;
@@ -511,15 +517,15 @@ tb_acquire_all_wait(PG_FUNCTION_ARGS)
 	requests = requests_from_args(fcinfo, -1, &n);
 	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 							  GetCurrentTimestamp());
-	granted = wait_and_take(fcinfo, requests, n, deadline, &waited_usecs);
-	router_count_wait(fcinfo, requests, n, granted, waited_usecs);
+	granted = wait_and_take(&inst, requests, n, deadline, &waited_usecs);
+	router_count_wait(&inst, requests, n, granted, waited_usecs);
 	PG_RETURN_BOOL(granted);
 }
 
 /* lease_with() and_then of tb_lease_all: the buckets' tokens. */
 typedef struct BucketsToTake
 {
-	FunctionCallInfo fcinfo;
+	Installation *inst;
 	Request    *requests;
 	int			nrequests;
 } BucketsToTake;
@@ -529,7 +535,7 @@ take_buckets(void *arg)
 {
 	BucketsToTake *buckets = arg;
 
-	return router_take(buckets->fcinfo, buckets->requests, buckets->nrequests,
+	return router_take(buckets->inst, buckets->requests, buckets->nrequests,
 					   GetCurrentTimestamp());
 }
 
@@ -546,7 +552,8 @@ PG_FUNCTION_INFO_V1(tb_lease_all);
 Datum
 tb_lease_all(PG_FUNCTION_ARGS)
 {
-	BucketsToTake buckets = {.fcinfo = fcinfo};
+	Installation inst = installation_of(fcinfo);
+	BucketsToTake buckets = {.inst = &inst};
 	LeaseRequest request;
 	int64		lease;
 
@@ -562,7 +569,7 @@ tb_lease_all(PG_FUNCTION_ARGS)
 	request.ttl = PG_ARGISNULL(5) ? NULL : PG_GETARG_INTERVAL_P(5);
 	request.and_then = take_buckets;
 	request.and_then_arg = &buckets;
-	if (!lease_with(fcinfo, &request, false, 0, &lease))
+	if (!lease_with(&inst, &request, false, 0, &lease))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(lease);
 }
@@ -585,6 +592,7 @@ PG_FUNCTION_INFO_V1(tb_try_all);
 Datum
 tb_try_all(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	TupleDesc	desc;
 	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
 	Request    *requests = NULL;
@@ -597,7 +605,7 @@ tb_try_all(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(0))
 	{
 		requests = requests_from_args(fcinfo, 2, &n);
-		granted = router_take(fcinfo, requests, n, now);
+		granted = router_take(&inst, requests, n, now);
 		qsort(requests, n, sizeof(Request), request_position_cmp);
 	}
 
@@ -619,14 +627,14 @@ tb_try_all(PG_FUNCTION_ARGS)
  * change that is not a grant or a new setting goes through here.
  */
 static double
-update_bucket(FunctionCallInfo fcinfo, text *name, BucketChange change,
+update_bucket(Installation *inst, text *name, BucketChange change,
 			  const void *arg, const StatsCounters *delta)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	Bucket		bucket;
 
 	check_bucket_name(name);
-	bucket = router_update(fcinfo, name, change, arg, delta, now);
+	bucket = router_update(inst, name, change, arg, delta, now);
 	return bucket_tokens_at(&bucket, now);
 }
 
@@ -666,12 +674,13 @@ PG_FUNCTION_INFO_V1(tb_refund);
 Datum
 tb_refund(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	double		tokens = PG_GETARG_FLOAT8(1);
 
 	StatsCounters delta = {.refunded_tokens = tokens};
 
 	check_number("tokens", tokens, false);
-	PG_RETURN_FLOAT8(update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_adjust,
+	PG_RETURN_FLOAT8(update_bucket(&inst, PG_GETARG_TEXT_PP(0), change_adjust,
 								   &tokens, &delta));
 }
 
@@ -684,6 +693,7 @@ PG_FUNCTION_INFO_V1(tb_settle);
 Datum
 tb_settle(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	double		reserved = PG_GETARG_FLOAT8(1);
 	double		used = PG_GETARG_FLOAT8(2);
 	double		tokens;
@@ -698,7 +708,7 @@ tb_settle(PG_FUNCTION_ARGS)
 		delta.refunded_tokens = tokens;
 	else
 		delta.granted_tokens = -tokens;
-	PG_RETURN_FLOAT8(update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_adjust,
+	PG_RETURN_FLOAT8(update_bucket(&inst, PG_GETARG_TEXT_PP(0), change_adjust,
 								   &tokens, &delta));
 }
 
@@ -708,10 +718,11 @@ PG_FUNCTION_INFO_V1(tb_sync);
 Datum
 tb_sync(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	double		remaining = PG_GETARG_FLOAT8(1);
 
 	check_number("remaining", remaining, false);
-	PG_RETURN_FLOAT8(update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_lower,
+	PG_RETURN_FLOAT8(update_bucket(&inst, PG_GETARG_TEXT_PP(0), change_lower,
 								   &remaining, NULL));
 }
 
@@ -720,7 +731,7 @@ tb_sync(PG_FUNCTION_ARGS)
  * has already ended changes nothing (and writes nothing).
  */
 static void
-pause_until(FunctionCallInfo fcinfo, text *name, TimestampTz until)
+pause_until(Installation *inst, text *name, TimestampTz until)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
@@ -728,11 +739,11 @@ pause_until(FunctionCallInfo fcinfo, text *name, TimestampTz until)
 	{
 		StatsCounters delta = {.pauses = 1};
 
-		(void) update_bucket(fcinfo, name, change_pause, &until, &delta);
+		(void) update_bucket(inst, name, change_pause, &until, &delta);
 		return;
 	}
 	check_bucket_name(name);
-	router_require(fcinfo, name);
+	router_require(inst, name);
 }
 
 PG_FUNCTION_INFO_V1(tb_pause_until);
@@ -741,7 +752,8 @@ PG_FUNCTION_INFO_V1(tb_pause_until);
 Datum
 tb_pause_until(PG_FUNCTION_ARGS)
 {
-	pause_until(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_TIMESTAMPTZ(1));
+	Installation inst = installation_of(fcinfo);
+	pause_until(&inst, PG_GETARG_TEXT_PP(0), PG_GETARG_TIMESTAMPTZ(1));
 	PG_RETURN_VOID();
 }
 
@@ -751,13 +763,14 @@ PG_FUNCTION_INFO_V1(tb_pause_for);
 Datum
 tb_pause_for(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	double		usecs;
 
 	if (!interval_usecs(PG_GETARG_INTERVAL_P(1), &usecs))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("duration must be a finite interval")));
-	pause_until(fcinfo, PG_GETARG_TEXT_PP(0),
+	pause_until(&inst, PG_GETARG_TEXT_PP(0),
 				timestamp_after(GetCurrentTimestamp(), usecs));
 	PG_RETURN_VOID();
 }
@@ -774,6 +787,7 @@ PG_FUNCTION_INFO_V1(tb_purge);
 Datum
 tb_purge(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	TimestampTz now = GetCurrentTimestamp();
 	double		usecs;
 
@@ -781,8 +795,8 @@ tb_purge(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("idle must be a finite interval of zero or more")));
-	PG_RETURN_INT64((int64) (router_purge(fcinfo, timestamp_after(now, -usecs), now) +
-							 lease_purge(fcinfo, timestamp_after(now, -usecs), now)));
+	PG_RETURN_INT64((int64) (router_purge(&inst, timestamp_after(now, -usecs), now) +
+							 lease_purge(&inst, timestamp_after(now, -usecs), now)));
 }
 
 PG_FUNCTION_INFO_V1(tb_create);
@@ -794,6 +808,7 @@ PG_FUNCTION_INFO_V1(tb_create);
 Datum
 tb_create(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	text	   *name = PG_GETARG_TEXT_PP(0);
 	double		capacity = PG_GETARG_FLOAT8(1);
 	double		rate;
@@ -802,7 +817,7 @@ tb_create(PG_FUNCTION_ARGS)
 	check_number("capacity", capacity, true);
 	rate = refill_rate_from(PG_GETARG_FLOAT8(2), PG_GETARG_INTERVAL_P(3));
 
-	if (!router_create(fcinfo, name, capacity, rate,
+	if (!router_create(&inst, name, capacity, rate,
 					   PG_NARGS() > 4 && PG_GETARG_BOOL(4)))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNIQUE_VIOLATION),
@@ -821,6 +836,7 @@ PG_FUNCTION_INFO_V1(tb_alter);
 Datum
 tb_alter(PG_FUNCTION_ARGS)
 {
+	Installation inst = installation_of(fcinfo);
 	text	   *name;
 	double		capacity = NAN;		/* NaN: keep */
 	double		refill_rate = NAN;
@@ -850,9 +866,9 @@ tb_alter(PG_FUNCTION_ARGS)
 
 	check_name(name, ERRCODE_INVALID_PARAMETER_VALUE);
 	if (PG_ARGISNULL(1) && PG_ARGISNULL(2))
-		router_require(fcinfo, name);	/* nothing to change: does it exist? */
+		router_require(&inst, name);	/* nothing to change: does it exist? */
 	else
-		router_alter(fcinfo, name, capacity, refill_rate);
+		router_alter(&inst, name, capacity, refill_rate);
 	PG_RETURN_VOID();
 }
 
@@ -862,7 +878,8 @@ PG_FUNCTION_INFO_V1(tb_reset);
 Datum
 tb_reset(PG_FUNCTION_ARGS)
 {
-	(void) update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_reset, NULL, NULL);
+	Installation inst = installation_of(fcinfo);
+	(void) update_bucket(&inst, PG_GETARG_TEXT_PP(0), change_reset, NULL, NULL);
 	PG_RETURN_VOID();
 }
 
@@ -876,7 +893,8 @@ PG_FUNCTION_INFO_V1(tb_stats_reset);
 Datum
 tb_stats_reset(PG_FUNCTION_ARGS)
 {
-	router_reset_counters(fcinfo, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
+	Installation inst = installation_of(fcinfo);
+	router_reset_counters(&inst, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
 	PG_RETURN_VOID();
 }
 
@@ -889,8 +907,9 @@ PG_FUNCTION_INFO_V1(tb_drop);
 Datum
 tb_drop(PG_FUNCTION_ARGS)
 {
-	bool		bucket = router_drop(fcinfo, PG_GETARG_TEXT_PP(0));
-	bool		limit = lease_drop_limit(fcinfo, PG_GETARG_TEXT_PP(0));
+	Installation inst = installation_of(fcinfo);
+	bool		bucket = router_drop(&inst, PG_GETARG_TEXT_PP(0));
+	bool		limit = lease_drop_limit(&inst, PG_GETARG_TEXT_PP(0));
 
 	PG_RETURN_BOOL(bucket || limit);
 }

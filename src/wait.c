@@ -187,7 +187,7 @@ sleep_until(TimestampTz until)
 /* One attempt at taking every request of a waiter, at "now". */
 typedef struct Attempt
 {
-	FunctionCallInfo fcinfo;
+	Installation *inst;
 	Request    *requests;
 	int			nrequests;
 	TimestampTz now;
@@ -202,7 +202,7 @@ attempt_step(void *arg)
 {
 	Attempt    *attempt = arg;
 
-	return router_attempt(attempt->fcinfo, attempt->requests,
+	return router_attempt(attempt->inst, attempt->requests,
 						  attempt->nrequests, attempt->now);
 }
 
@@ -231,7 +231,7 @@ check_read_committed(void)
  * not.
  */
 bool
-wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
+wait_and_take(Installation *inst, Request *requests, int nrequests,
 			  TimestampTz deadline, int64 *waited_usecs)
 {
 	LOCKTAG    *tags = palloc(sizeof(LOCKTAG) * nrequests);
@@ -257,7 +257,7 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 				 errhint("Wait for fewer buckets at once, or raise max_locks_per_transaction.")));
 
 	/* from here on, an error ends the wait as cancelled */
-	router_count_wait_begin(fcinfo, requests, nrequests);
+	router_count_wait_begin(inst, requests, nrequests);
 
 	CurrentResourceOwner = CurTransactionResourceOwner;
 	for (joined = 0; joined < nrequests; joined++)
@@ -272,7 +272,7 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 	{
 		TimestampTz now = GetCurrentTimestamp();
 		TimestampTz ready = now;
-		Attempt		attempt = {fcinfo, requests, nrequests, now};
+		Attempt		attempt = {inst, requests, nrequests, now};
 		bool		timed_out = false;
 
 		/* a row another transaction holds is waited for until the deadline */
@@ -284,7 +284,7 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 		if (!watched)
 		{
 			watched = true;
-			woken = router_watch(fcinfo, requests, nrequests, true);
+			woken = router_watch(inst, requests, nrequests, true);
 			continue;
 		}
 		for (int i = 0; i < nrequests; i++)
@@ -298,7 +298,7 @@ wait_and_take(FunctionCallInfo fcinfo, Request *requests, int nrequests,
 		waited = true;
 	}
 	if (watched)
-		(void) router_watch(fcinfo, requests, nrequests, false);
+		(void) router_watch(inst, requests, nrequests, false);
 
 	CurrentResourceOwner = CurTransactionResourceOwner;
 	while (joined-- > 0)

@@ -10,9 +10,10 @@
 #ifndef TOKENBUCKET_WAIT_H
 #define TOKENBUCKET_WAIT_H
 
+#include "common.h"
 #include "store.h"
 
-extern bool wait_and_take(FunctionCallInfo fcinfo, Request *requests,
+extern bool wait_and_take(Installation *inst, Request *requests,
 						  int nrequests, TimestampTz deadline,
 						  int64 *waited_usecs);
 
