@@ -12,33 +12,19 @@
  * waits, timeouts and cancelled waits either way.  A call on the hot path
  * touches only backend memory.
  *
- * In shared memory, a fixed-size hash partitioned as the lock table is:
- * an entry per template, per named bucket, and per key a table template
- * made; the installation's own entry says since when its buckets without
- * an entry count.  Every count of a key is added to its template's entry
- * as well, so templates' counters are exact whatever happens to keys'
- * entries.  Keys made from a memory template keep their own counters in
- * their memory entry (a StatsSink the router hands over): made and
- * dropped with it, no entry here; a grant's count for them the memory
- * store keeps itself, with what a rollback would give back, and only
- * their template's is pending here (stats_count_template).  When the hash is full, the clock takes
- * the entry of a key used longest ago (a few partitions at a time,
- * without waiting for a busy one), or if those were all used lately, the
- * first key's it meets: while a key has an entry, no count lacks room.
- * Named buckets' entries go only when there is no key's left, templates'
- * never.  A count for an entry that went is added to a new one: it is
- * never dropped, only its "since" is new (with no room at all, a WARNING
- * says so).  No call takes an exclusive lock but to make an entry, and no
- * scan is ever made on a call's behalf but past templates' and named
- * buckets' entries to a key's.
+ * In shared memory (stats_hash.c), an entry per template, per named
+ * bucket, and per key a table template made.  Every count of a key is
+ * added to its template's entry as well, so templates' counters are exact
+ * whatever happens to keys' entries.  Keys made from a memory template
+ * keep their own counters in their memory entry (a StatsSink the router
+ * hands over): made and dropped with it, no entry here; a grant's count
+ * for them the memory store keeps itself, with what a rollback would give
+ * back, and only their template's is pending here
+ * (stats_count_template).  A count that finds no room at all is reported
+ * by a WARNING, once a transaction.
  *
- * Names longer than an entry holds (128 bytes) are kept under their first
- * 120 bytes and a 64-bit hash of the whole name (shmem.c's long keys);
- * tb_stats_key() gives the views that key, to join on.
- *
- * A clean shutdown saves every counter to a file read back at the next
- * start (shmem.c's StateFile): counters start again from zero only after
- * a crash, or by tb_stats_reset().
+ * stats_state.c saves the counters across a clean restart; stats_views.c
+ * shows them to SQL.
  *
  * src/stats.c
  *
@@ -53,7 +39,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "shmem.h"
-#include "stats.h"
+#include "stats_hash.h"
 #include "storage/lwlock.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
@@ -61,56 +47,6 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
-
-/* partitions of the hash, each with its LWLock (a power of 2) */
-#define STATS_PARTITIONS	16
-
-/* the clock: partitions looked in per entry made, entries per partition */
-#define CLOCK_PARTITIONS	4
-#define CLOCK_ENTRIES		32
-
-/* the counters a clean shutdown keeps */
-#define STATE_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/tokenbucket.counters"
-#define STATE_MAGIC		0x74624331	/* "tbC1" */
-#define STATE_FORMAT	2		/* 1: no counters of limits */
-
-/* What an entry counts for. */
-typedef enum StatsKind
-{
-	STATS_INSTALLATION,			/* since when buckets without an entry count */
-	STATS_TEMPLATE,
-	STATS_NAMED,				/* a bucket with its own row */
-	STATS_KEY					/* a bucket a table template made */
-} StatsKind;
-
-typedef struct StatsEntry
-{
-	SharedKey	key;			/* first: the hash's key */
-	uint32		hashcode;
-	uint8		kind;			/* StatsKind */
-	bool		used;			/* counted in since the clock passed */
-	uint16		template_len;	/* a key's template's name's length */
-	struct StatsEntry *prev;	/* its partition's list, for the clock */
-	struct StatsEntry *next;
-	TimestampTz since;			/* when counting started */
-	slock_t		mutex;			/* guards the counters */
-	StatsCounters counters;
-} StatsEntry;
-
-typedef struct StatsPartition
-{
-	StatsEntry *head;
-	StatsEntry *hand;			/* the entry the clock looks at next */
-} StatsPartition;
-
-typedef struct StatsShared
-{
-	LWLockPadded *locks;		/* STATS_PARTITIONS */
-	TimestampTz started_at;		/* the counters began: the server's start */
-	pg_atomic_uint32 keys;		/* entries of kind STATS_KEY */
-	pg_atomic_uint32 clock;		/* the partition the clock looks in next */
-	StatsPartition partitions[STATS_PARTITIONS];
-} StatsShared;
 
 /* What a transaction counted for a bucket at a nest level. */
 typedef struct PendingId
@@ -145,13 +81,8 @@ typedef struct Forget
 	int			level;
 } Forget;
 
-/* GUCs */
+/* GUC */
 static bool track_stats = true;
-static int	max_stats_buckets = 10000;
-
-/* in every process */
-static StatsShared *shared = NULL;
-static HTAB *hash = NULL;
 
 /* counts kept allocated between transactions */
 #define PENDINGS_KEPT	64
@@ -272,298 +203,11 @@ counters_roll_back(StatsCounters *counters)
 	counters->expired = 0;
 }
 
-/*
- * The SQL values of "counters" (STATS_COLUMNS of them): granted,
- * granted_tokens, denied, waited, wait_seconds, timeouts,
- * refunded_tokens, pauses, cancelled.
- */
-void
-stats_values(const StatsCounters *c, Datum *values)
-{
-	values[0] = Int64GetDatum(c->granted);
-	values[1] = Float8GetDatum(c->granted_tokens);
-	values[2] = Int64GetDatum(c->denied);
-	values[3] = Int64GetDatum(c->waited);
-	values[4] = Float8GetDatum((double) c->wait_usecs / USECS_PER_SEC);
-	values[5] = Int64GetDatum(c->timeouts);
-	values[6] = Float8GetDatum(c->refunded_tokens);
-	values[7] = Int64GetDatum(c->pauses);
-	values[8] = Int64GetDatum(c->cancelled);
-}
-
-/*
- * The SQL values of a limit's counters (LIMIT_COLUMNS of them): leases
- * granted, slots, refused, waited, wait_seconds, timeouts, cancelled,
- * then slots released, ended and expired.
- */
-#define LIMIT_COLUMNS 10
-static void
-limit_values(const StatsCounters *c, Datum *values)
-{
-	values[0] = Int64GetDatum(c->granted);
-	values[1] = Int64GetDatum((int64) c->granted_tokens);
-	values[2] = Int64GetDatum(c->denied);
-	values[3] = Int64GetDatum(c->waited);
-	values[4] = Float8GetDatum((double) c->wait_usecs / USECS_PER_SEC);
-	values[5] = Int64GetDatum(c->timeouts);
-	values[6] = Int64GetDatum(c->cancelled);
-	values[7] = Int64GetDatum(c->released);
-	values[8] = Int64GetDatum(c->ended);
-	values[9] = Int64GetDatum(c->expired);
-}
-
 /* Whether calls are counted now: the library preloaded, and tracking on. */
 bool
 stats_enabled(void)
 {
-	return shared != NULL && track_stats;
-}
-
-/* Fail unless the counters exist: the library must be preloaded. */
-static void
-stats_require(void)
-{
-	if (shared == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("token bucket counters need tokenbucket in shared_preload_libraries"),
-				 errdetail("The counters live in shared memory, which is set aside when the server starts."),
-				 errhint("Add shared_preload_libraries = 'tokenbucket' to postgresql.conf and restart the server.")));
-}
-
-/* The lock of the partition of "hashcode". */
-static LWLock *
-partition_lock(uint32 hashcode)
-{
-	return &shared->locks[hashcode % STATS_PARTITIONS].lock;
-}
-
-/* Remove "entry" (the caller holds its partition's lock exclusively). */
-static void
-remove_entry(StatsEntry *entry)
-{
-	StatsPartition *partition = &shared->partitions[entry->hashcode % STATS_PARTITIONS];
-
-	if (partition->hand == entry)
-		partition->hand = entry->next;
-	if (entry->prev)
-		entry->prev->next = entry->next;
-	else
-		partition->head = entry->next;
-	if (entry->next)
-		entry->next->prev = entry->prev;
-	if (entry->kind == STATS_KEY)
-		pg_atomic_fetch_sub_u32(&shared->keys, 1);
-	hash_search_with_hash_value(hash, &entry->key, entry->hashcode, HASH_REMOVE, NULL);
-}
-
-/*
- * The clock in "partition" (its lock held exclusively): remove the first
- * entry of kind "victim" not counted in since the clock last passed it
- * among the next CLOCK_ENTRIES, giving the others a second chance; with
- * "force", the first of that kind at all (the partition's other entries,
- * templates' and named buckets', are as many as the DBA made).
- */
-static bool
-clock_partition(StatsPartition *partition, StatsKind victim, bool force)
-{
-	StatsEntry *start = partition->hand ? partition->hand : partition->head;
-	StatsEntry *entry = start;
-	int			n = 0;
-
-	if (start == NULL)
-		return false;
-	do
-	{
-		partition->hand = entry->next;
-		if (entry->kind == victim)
-		{
-			if (force || !entry->used)
-			{
-				remove_entry(entry);
-				return true;
-			}
-			entry->used = false;	/* a second chance */
-		}
-		entry = entry->next ? entry->next : partition->head;
-	} while (force ? entry != start : ++n < CLOCK_ENTRIES);
-	return false;
-}
-
-/*
- * The clock: remove the entry of a key counted in longest ago (of a named
- * bucket, when no key has one and "named" allows) for room.  Without
- * "force", it looks in a few partitions, none it would wait for, and
- * false says they hold none not counted in lately; with it, in all, for
- * any such entry: false says there is none.  The caller holds no
- * partition lock.
- */
-static bool
-evict_one(bool named, bool force)
-{
-	bool		keys = pg_atomic_read_u32(&shared->keys) > 0;
-	int			partitions = force ? STATS_PARTITIONS :
-		CLOCK_PARTITIONS * (keys ? 1 : STATS_PARTITIONS);
-	uint32		first = force ? pg_atomic_read_u32(&shared->clock) : 0;
-
-	if (!keys && !named)
-		return false;
-	for (int i = 0; i < partitions; i++)
-	{
-		/* forced: each partition once, from where the clock is */
-		uint32		p = (force ? first + i :
-						 pg_atomic_fetch_add_u32(&shared->clock, 1)) % STATS_PARTITIONS;
-		LWLock	   *lock = &shared->locks[p].lock;
-		bool		evicted;
-
-		if (shared->partitions[p].head == NULL)
-			continue;
-		if (force)
-			LWLockAcquire(lock, LW_EXCLUSIVE);
-		else if (!LWLockConditionalAcquire(lock, LW_EXCLUSIVE))
-			continue;
-		evicted = clock_partition(&shared->partitions[p], keys ? STATS_KEY : STATS_NAMED,
-								  force);
-		LWLockRelease(lock);
-		if (evicted)
-			return true;
-	}
-	return false;
-}
-
-/*
- * Add "delta" to the entry of "key" (whose hash is "hashcode"), made
- * (counting from "since") if it has none; false only when no entry can
- * make room for it (a key's entry for any, a named bucket's for all but
- * keys): every one is a template's, or a named bucket's for a key.
- */
-static bool
-count_in_hashed(const SharedKey *key, uint32 hashcode, StatsKind kind, int template_len,
-				const StatsCounters *delta, TimestampTz since)
-{
-	LWLock	   *lock = partition_lock(hashcode);
-	StatsEntry *entry;
-	bool		found;
-
-	for (;;)
-	{
-		LWLockAcquire(lock, LW_SHARED);
-		entry = hash_search_with_hash_value(hash, key, hashcode, HASH_FIND, NULL);
-		if (entry != NULL)
-		{
-			if (!entry->used)
-				entry->used = true;
-			SpinLockAcquire(&entry->mutex);
-			stats_counters_add(&entry->counters, delta);
-			SpinLockRelease(&entry->mutex);
-			LWLockRelease(lock);
-			return true;
-		}
-		LWLockRelease(lock);
-
-		LWLockAcquire(lock, LW_EXCLUSIVE);
-		entry = hash_search_with_hash_value(hash, key, hashcode, HASH_ENTER_NULL, &found);
-		if (entry != NULL && !found)
-		{
-			StatsPartition *partition = &shared->partitions[hashcode % STATS_PARTITIONS];
-
-			entry->hashcode = hashcode;
-			entry->kind = kind;
-			entry->used = true;
-			entry->template_len = template_len;
-			entry->since = since;
-			SpinLockInit(&entry->mutex);
-			memset(&entry->counters, 0, sizeof(StatsCounters));
-			entry->prev = NULL;
-			entry->next = partition->head;
-			if (partition->head)
-				partition->head->prev = entry;
-			partition->head = entry;
-			if (kind == STATS_KEY)
-				pg_atomic_fetch_add_u32(&shared->keys, 1);
-		}
-		LWLockRelease(lock);
-		if (entry != NULL)
-			continue;			/* made (or found): count in it */
-
-		/*
-		 * full: a key's entry makes room, a named one's only for these; one
-		 * counted in lately if need be.  Each turn removes an entry: another
-		 * backend that took the room made progress.
-		 */
-		if (!evict_one(kind != STATS_KEY, false) && !evict_one(kind != STATS_KEY, true))
-			return false;
-	}
-}
-
-/* count_in_hashed() for a key whose hash the caller has not kept. */
-static bool
-count_in(const SharedKey *key, StatsKind kind, int template_len,
-		 const StatsCounters *delta, TimestampTz since)
-{
-	return count_in_hashed(key, get_hash_value(hash, key), kind, template_len,
-						   delta, since);
-}
-
-/*
- * The long key of the template of bucket "name" of installation "relid":
- * its first "template_len" - 1 bytes and '*'.
- */
-static void
-template_key(SharedKey *key, Oid relid, const char *name, int template_len)
-{
-	char	   *t;
-
-	if (template_len <= SHARED_NAME_MAX_BYTES)
-	{
-		/* the key itself holds it: what shared_key_long() makes, in place */
-		shared_key_long(key, relid, name, template_len - 1);
-		key->len = template_len;
-		key->name[template_len - 1] = '*';
-		return;
-	}
-	t = palloc(template_len);
-	memcpy(t, name, template_len - 1);
-	t[template_len - 1] = '*';
-	shared_key_long(key, relid, t, template_len);
-	pfree(t);
-}
-
-/* The installation's own entry: when its counters were last reset. */
-static TimestampTz
-installation_since(Oid relid)
-{
-	SharedKey	key;
-	uint32		hashcode;
-	StatsEntry *entry;
-	TimestampTz since;
-
-	shared_key_long(&key, relid, "", 0);
-	hashcode = get_hash_value(hash, &key);
-	LWLockAcquire(partition_lock(hashcode), LW_SHARED);
-	entry = hash_search_with_hash_value(hash, &key, hashcode, HASH_FIND, NULL);
-	since = entry ? Max(entry->since, shared->started_at) : shared->started_at;
-	LWLockRelease(partition_lock(hashcode));
-	return since;
-}
-
-/*
- * The length of the name of the template of the bucket of "key" as its
- * entry here knows it (0: none), or -1 when it has no entry.
- */
-static int
-known_template(const SharedKey *key)
-{
-	uint32		hashcode = get_hash_value(hash, key);
-	StatsEntry *entry;
-	int			template_len = -1;
-
-	LWLockAcquire(partition_lock(hashcode), LW_SHARED);
-	entry = hash_search_with_hash_value(hash, key, hashcode, HASH_FIND, NULL);
-	if (entry != NULL)
-		template_len = entry->kind == STATS_KEY ? entry->template_len : 0;
-	LWLockRelease(partition_lock(hashcode));
-	return template_len;
+	return stats_shared != NULL && track_stats;
 }
 
 /*
@@ -576,12 +220,12 @@ pending_template(Pending *pending, Oid relid, text *name, int template_len,
 				 int (*template_of) (void *arg), void *arg)
 {
 	if (template_len < 0)
-		template_len = known_template(&pending->id.key);
+		template_len = stats_known_template(&pending->id.key);
 	pending->template_len = template_len >= 0 ? template_len : template_of(arg);
 	if (pending->template_len > 0)
 	{
-		template_key(&pending->template, relid, VARDATA_ANY(name), pending->template_len);
-		pending->template_hashcode = get_hash_value(hash, &pending->template);
+		stats_template_key(&pending->template, relid, VARDATA_ANY(name), pending->template_len);
+		pending->template_hashcode = stats_hashcode(&pending->template);
 	}
 }
 
@@ -705,7 +349,7 @@ stats_count_template(Oid relid, text *name, int template_len,
 	if (!stats_enabled())
 		return;
 	memset(&id, 0, sizeof(id));
-	template_key(&id.key, relid, VARDATA_ANY(name), template_len);
+	stats_template_key(&id.key, relid, VARDATA_ANY(name), template_len);
 	pending = pending_of(&id, &how);
 	if (how != PENDING_CURRENT)
 	{
@@ -756,11 +400,11 @@ stats_count_now(Oid relid, const char *name, int len, int template_len,
 		return;
 	if (template_len > 0)
 	{
-		template_key(&key, relid, name, template_len);
-		kept = count_in(&key, STATS_TEMPLATE, 0, delta, now);
+		stats_template_key(&key, relid, name, template_len);
+		kept = stats_add(&key, STATS_TEMPLATE, 0, delta, now);
 	}
 	shared_key_long(&key, relid, name, len);
-	kept &= count_in(&key, template_len > 0 ? STATS_KEY : STATS_NAMED, template_len,
+	kept &= stats_add(&key, template_len > 0 ? STATS_KEY : STATS_NAMED, template_len,
 					 delta, now);
 	report_lost(kept);
 }
@@ -776,7 +420,7 @@ flush_one(Pending *pending)
 	bool		kept = true;
 
 	if (pending->template_len > 0)
-		kept = count_in_hashed(&pending->template, pending->template_hashcode,
+		kept = stats_add_hashed(&pending->template, pending->template_hashcode,
 							   STATS_TEMPLATE, 0, &pending->counters, pending->at);
 	if (pending->sink != NULL)
 		pending->sink(key, &pending->counters, pending->at);
@@ -784,10 +428,10 @@ flush_one(Pending *pending)
 	{
 		if (!pending->hashed)
 		{
-			pending->hashcode = get_hash_value(hash, key);
+			pending->hashcode = stats_hashcode(key);
 			pending->hashed = true;
 		}
-		kept &= count_in_hashed(key, pending->hashcode,
+		kept &= stats_add_hashed(key, pending->hashcode,
 								pending->is_template ? STATS_TEMPLATE :
 								pending->template_len > 0 ? STATS_KEY : STATS_NAMED,
 								pending->template_len, &pending->counters, pending->at);
@@ -810,41 +454,6 @@ flush(bool abort)
 	report_lost(kept);
 }
 
-/*
- * Call "visit" for every entry, each partition under its exclusive lock
- * ("visit" may remove the entry).
- */
-static void
-visit_entries(void (*visit) (StatsEntry *entry, void *arg), void *arg)
-{
-	for (int p = 0; p < STATS_PARTITIONS; p++)
-	{
-		StatsEntry *entry;
-
-		LWLockAcquire(&shared->locks[p].lock, LW_EXCLUSIVE);
-		entry = shared->partitions[p].head;
-		while (entry != NULL)
-		{
-			StatsEntry *next = entry->next;
-
-			visit(entry, arg);
-			entry = next;
-		}
-		LWLockRelease(&shared->locks[p].lock);
-	}
-}
-
-/* visit_entries(): remove "entry" if it is of the Forget "arg" names. */
-static void
-forget_entry(StatsEntry *entry, void *arg)
-{
-	Forget	   *forget = arg;
-
-	if (entry->key.dbid == forget->dbid &&
-		(forget->relid == InvalidOid || entry->key.relid == forget->relid))
-		remove_entry(entry);
-}
-
 /* Remove the entries of what the committed transaction dropped. */
 static void
 apply_forgets(void)
@@ -852,7 +461,11 @@ apply_forgets(void)
 	ListCell   *lc;
 
 	foreach(lc, forgets)
-		visit_entries(forget_entry, lfirst(lc));
+	{
+		Forget	   *forget = lfirst(lc);
+
+		stats_remove_installation(forget->dbid, forget->relid);
+	}
 }
 
 /* Forget the transaction's counts (at its end). */
@@ -904,7 +517,7 @@ stats_unpreparable(void)
 void
 stats_xact_end(bool commit)
 {
-	if (shared == NULL)
+	if (stats_shared == NULL)
 		return;
 	flush(!commit);
 	if (commit && forgets != NIL)
@@ -924,7 +537,7 @@ stats_subxact_end(bool commit)
 	bool		abort = !commit;
 	ListCell   *lc;
 
-	if (shared == NULL)
+	if (stats_shared == NULL)
 		return;
 	foreach(lc, forgets)
 	{
@@ -987,7 +600,7 @@ stats_forget(Oid dbid, Oid relid)
 	MemoryContext old;
 	Forget	   *forget;
 
-	if (shared == NULL)
+	if (stats_shared == NULL)
 		return;
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	forget = palloc(sizeof(Forget));
@@ -997,187 +610,6 @@ stats_forget(Oid dbid, Oid relid)
 	forgets = lappend(forgets, forget);
 	MemoryContextSwitchTo(old);
 }
-
-/* What stats_reset() of one bucket (or a template's keys) starts from zero. */
-typedef struct ResetOf
-{
-	Oid			relid;
-	const SharedKey *key;
-	bool		template;		/* a template: its keys' entries too */
-	TimestampTz now;
-} ResetOf;
-
-/* visit_entries(): start "entry" from zero if the ResetOf "arg" names it. */
-static void
-reset_entry(StatsEntry *entry, void *arg)
-{
-	ResetOf    *reset = arg;
-	const SharedKey *key = reset->key;
-
-	if (entry->key.dbid != MyDatabaseId || entry->key.relid != reset->relid)
-		return;
-	if (shared_key_long_match(&entry->key, key, 0) == 0 ||
-		(reset->template && entry->kind == STATS_KEY &&
-		 entry->template_len == key->len &&
-		 memcmp(entry->key.name, key->name, Min(key->len - 1, LONG_NAME_PREFIX)) == 0))
-	{
-		entry->since = reset->now;
-		memset(&entry->counters, 0, sizeof(StatsCounters));
-	}
-}
-
-/*
- * Start the counters of bucket "name" from zero now (of a template: its
- * own and those of the keys made from it that have entries here), or
- * with NULL, those of every bucket of installation "relid".  Counts of
- * transactions still open are added after the reset.
- */
-void
-stats_reset(Oid relid, text *name)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	SharedKey	key;
-
-	stats_require();
-	if (name != NULL)
-	{
-		ResetOf		reset = {.relid = relid, .key = &key,
-		.template = is_template_name(name), .now = now};
-
-		shared_key_long(&key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
-		visit_entries(reset_entry, &reset);
-	}
-	else
-	{
-		Forget		installation = {.dbid = MyDatabaseId, .relid = relid};
-		StatsCounters none = {0};
-
-		visit_entries(forget_entry, &installation);
-		/* the installation's own entry says since when it counts */
-		shared_key_long(&key, relid, "", 0);
-		(void) count_in(&key, STATS_INSTALLATION, 0, &none, now);
-	}
-}
-
-/* Shared memory the counters need. */
-static Size
-stats_shmem_size(void)
-{
-	return add_size(MAXALIGN(sizeof(StatsShared)),
-					shmem_hash_size(max_stats_buckets, sizeof(StatsEntry)));
-}
-
-/* Their locks: a partition's each. */
-static int
-stats_shmem_locks(void)
-{
-	return STATS_PARTITIONS;
-}
-
-/* SharedArea attach: the struct and the hash, made the first time. */
-static void
-stats_attach(LWLockPadded *locks)
-{
-	bool		found;
-
-	shared = shmem_struct("tokenbucket stats", sizeof(StatsShared), &found);
-	hash = shmem_hash("tokenbucket counters", max_stats_buckets, sizeof(SharedKey),
-					  sizeof(StatsEntry), shared_key_long_hash, shared_key_long_match,
-					  STATS_PARTITIONS);
-	if (found)
-		return;
-	memset(shared, 0, sizeof(StatsShared));
-	shared->locks = locks;
-	pg_atomic_init_u32(&shared->keys, 0);
-	pg_atomic_init_u32(&shared->clock, 0);
-}
-
-/* SharedArea shutdown: keep every counter in the state file. */
-static void
-stats_save(void)
-{
-	StateFile	sf;
-	int64		count = hash_get_num_entries(hash);
-
-	if (!state_save_begin(&sf, STATE_FILE, STATE_MAGIC, STATE_FORMAT))
-		return;
-	state_save(&sf, &shared->started_at, sizeof(TimestampTz));
-	state_save(&sf, &count, sizeof(count));
-	for (int p = 0; p < STATS_PARTITIONS; p++)
-		for (StatsEntry *entry = shared->partitions[p].head; entry; entry = entry->next)
-		{
-			state_save(&sf, &entry->key, offsetof(SharedKey, name) +
-					   Min(entry->key.len, SHARED_NAME_MAX_BYTES));
-			state_save(&sf, &entry->kind, sizeof(entry->kind));
-			state_save(&sf, &entry->template_len, sizeof(entry->template_len));
-			state_save(&sf, &entry->since, sizeof(entry->since));
-			state_save(&sf, &entry->counters, sizeof(StatsCounters));
-		}
-	(void) state_save_end(&sf);
-}
-
-/*
- * SharedArea startup, in the postmaster: the counters a clean shutdown
- * kept, or zero from now.
- */
-static void
-stats_startup(void)
-{
-	StateFile	sf;
-	bool		existed;
-	int64		count;
-	TimestampTz started_at;
-
-	shared->started_at = GetCurrentTimestamp();
-	if (!state_load_begin(&sf, STATE_FILE, STATE_MAGIC, STATE_FORMAT,
-						  "The counters start from zero.", &existed))
-		return;
-	if (state_load(&sf, &started_at, sizeof(started_at)) &&
-		state_load(&sf, &count, sizeof(count)))
-	{
-		for (int64 i = 0; i < count; i++)
-		{
-			SharedKey	key;
-			uint8		kind;
-			uint16		template_len;
-			TimestampTz since;
-			StatsCounters counters = {0};
-
-			memset(&key, 0, sizeof(key));
-			if (!state_load(&sf, &key, offsetof(SharedKey, name)) ||
-				!state_load(&sf, key.name, Min(key.len, SHARED_NAME_MAX_BYTES)) ||
-				!state_load(&sf, &kind, sizeof(kind)) ||
-				!state_load(&sf, &template_len, sizeof(template_len)) ||
-				!state_load(&sf, &since, sizeof(since)) ||
-				!state_load(&sf, &counters, sf.format >= 2 ?
-							sizeof(counters) : STATS_COUNTERS_SIZE_1_6))
-				break;
-			if (kind > STATS_KEY || !count_in(&key, kind, template_len, &counters, since))
-			{
-				sf.failed = true;
-				break;
-			}
-		}
-	}
-	if (!state_load_end(&sf))
-	{
-		/* what was read is not to be trusted either */
-		for (int p = 0; p < STATS_PARTITIONS; p++)
-			while (shared->partitions[p].head != NULL)
-				remove_entry(shared->partitions[p].head);
-		return;
-	}
-	shared->started_at = started_at;
-}
-
-static const SharedArea stats_area = {
-	.name = "tokenbucket stats",
-	.size = stats_shmem_size,
-	.nlocks = stats_shmem_locks,
-	.attach = stats_attach,
-	.startup = stats_startup,
-	.shutdown = stats_save,
-};
 
 /* Initialize at load time: the GUCs, and shared memory when preloading. */
 void
@@ -1190,184 +622,7 @@ stats_init(void)
 							 true,
 							 PGC_SUSET, 0,
 							 NULL, NULL, NULL);
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-
-	DefineCustomIntVariable("tokenbucket.max_stats_buckets",
-							"Most templates, named buckets and table templates' keys the server keeps counters for.",
-							"Each takes shared memory from the start; when they are all in use, "
-							"the keys' counters used longest ago go (their templates keep the counts).",
-							&max_stats_buckets,
-							10000, 100, 100000000,
-							PGC_POSTMASTER, 0,
-							NULL, NULL, NULL);
-	shmem_register(&stats_area);
+	if (process_shared_preload_libraries_in_progress)
+		stats_state_init();
 }
 
-/* One row of list_counters(), copied out under its partition's lock. */
-typedef struct ListedCounters
-{
-	SharedKey	key;
-	TimestampTz since;
-	StatsCounters counters;
-} ListedCounters;
-
-/*
- * A row (name, counters, since) into "store" per entry of installation
- * "relid" of the kinds in "kinds" (a bit per StatsKind), one partition at
- * a time: no lock is held longer than a partition's copy; then a row with
- * a NULL name whose "since" holds for buckets without an entry.  With
- * "limits", "relid" is a tb_limits and the columns a limit's.
- */
-static void
-list_counters(Oid relid, int kinds, bool limits, Tuplestorestate *store,
-			  TupleDesc desc)
-{
-	ListedCounters *rows = NULL;
-	int			maxrows = 0;
-	int			columns = limits ? LIMIT_COLUMNS : STATS_COLUMNS;
-	Datum		values[2 + Max(STATS_COLUMNS, LIMIT_COLUMNS)];
-	bool		nulls[2 + Max(STATS_COLUMNS, LIMIT_COLUMNS)];
-
-	for (int p = 0; p < STATS_PARTITIONS; p++)
-	{
-		LWLock	   *lock = &shared->locks[p].lock;
-		int			nrows = 0;
-		int			wanted = 0;
-		StatsEntry *entry;
-
-		/* room first: nothing may fail under the lock */
-		LWLockAcquire(lock, LW_SHARED);
-		for (entry = shared->partitions[p].head; entry; entry = entry->next)
-			wanted++;
-		LWLockRelease(lock);
-		if (wanted > maxrows)
-		{
-			maxrows = wanted * 2;
-			rows = rows ? repalloc(rows, sizeof(ListedCounters) * maxrows) :
-				palloc(sizeof(ListedCounters) * maxrows);
-		}
-		LWLockAcquire(lock, LW_SHARED);
-		for (entry = shared->partitions[p].head; entry && nrows < maxrows; entry = entry->next)
-		{
-			if (entry->key.dbid != MyDatabaseId || entry->key.relid != relid ||
-				(kinds & (1 << entry->kind)) == 0)
-				continue;
-			rows[nrows].key = entry->key;
-			rows[nrows].since = entry->since;
-			SpinLockAcquire(&entry->mutex);
-			rows[nrows].counters = entry->counters;
-			SpinLockRelease(&entry->mutex);
-			nrows++;
-		}
-		LWLockRelease(lock);
-
-		memset(nulls, 0, sizeof(nulls));
-		for (int i = 0; i < nrows; i++)
-		{
-			values[0] = PointerGetDatum(shared_key_long_text(&rows[i].key));
-			if (limits)
-				limit_values(&rows[i].counters, values + 1);
-			else
-				stats_values(&rows[i].counters, values + 1);
-			values[1 + columns] = TimestampTzGetDatum(rows[i].since);
-			tuplestore_putvalues(store, desc, values, nulls);
-		}
-	}
-	memset(nulls, true, sizeof(nulls));
-	nulls[1 + columns] = false;
-	values[1 + columns] = TimestampTzGetDatum(installation_since(relid));
-	tuplestore_putvalues(store, desc, values, nulls);
-}
-
-PG_FUNCTION_INFO_V1(tb_stats_counters);
-
-/*
- * tb_stats_counters(): the counters of every named bucket and table
- * template's key of this installation that has an entry (name, granted,
- * granted_tokens, denied, waited, wait_seconds, timeouts,
- * refunded_tokens, pauses, cancelled, since), and a row with a NULL name
- * whose "since" holds for buckets without one.  Per-key: for whoever may
- * read tb_stats.
- */
-Datum
-tb_stats_counters(PG_FUNCTION_ARGS)
-{
-	Installation inst = installation_of(fcinfo);
-	static const char *const views[] = {"tb_stats", NULL};
-	TupleDesc	desc;
-	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
-
-	check_may_read(&inst, "tb_stats_counters()", views);
-	stats_require();
-	list_counters(installation_table(&inst), (1 << STATS_NAMED) | (1 << STATS_KEY),
-				  false, store, desc);
-	return (Datum) 0;
-}
-
-PG_FUNCTION_INFO_V1(tb_template_counters);
-
-/*
- * tb_template_counters(): tb_stats_counters() of the templates: each
- * template's counters, the sums over every bucket made from it.  For
- * whoever may read tb_template_stats or tb_stats.
- */
-Datum
-tb_template_counters(PG_FUNCTION_ARGS)
-{
-	Installation inst = installation_of(fcinfo);
-	static const char *const views[] = {"tb_template_stats", "tb_stats", NULL};
-	TupleDesc	desc;
-	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
-
-	check_may_read(&inst, "tb_template_counters()", views);
-	stats_require();
-	list_counters(installation_table(&inst), 1 << STATS_TEMPLATE, false, store, desc);
-	return (Datum) 0;
-}
-
-PG_FUNCTION_INFO_V1(tb_limit_counters);
-
-/*
- * tb_limit_counters(): the counters of every limit, limit template and
- * name a limit template made of this installation that has an entry
- * (name, granted, slots, refused, waited, wait_seconds, timeouts,
- * cancelled, released, ended, expired, since), and a row with a NULL name
- * whose "since" holds for limits without one.  For whoever may read
- * tb_stats.
- */
-Datum
-tb_limit_counters(PG_FUNCTION_ARGS)
-{
-	Installation inst = installation_of(fcinfo);
-	static const char *const views[] = {"tb_stats", NULL};
-	TupleDesc	desc;
-	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
-	Oid			limits;
-
-	check_may_read(&inst, "tb_limit_counters()", views);
-	stats_require();
-	limits = installation_limits(&inst);
-	if (!OidIsValid(limits))
-		report_dropped();
-	list_counters(limits, (1 << STATS_NAMED) | (1 << STATS_KEY) | (1 << STATS_TEMPLATE),
-				  true, store, desc);
-	return (Datum) 0;
-}
-
-PG_FUNCTION_INFO_V1(tb_stats_key);
-
-/*
- * tb_stats_key(name): the name the counters of bucket "name" are listed
- * under: the name itself, or for one over 128 bytes its first bytes, an
- * ellipsis and a hash of it all.
- */
-Datum
-tb_stats_key(PG_FUNCTION_ARGS)
-{
-	text	   *name = PG_GETARG_TEXT_PP(0);
-	SharedKey	key;
-
-	shared_key_long(&key, InvalidOid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
-	PG_RETURN_TEXT_P(shared_key_long_text(&key));
-}

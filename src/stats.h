@@ -50,6 +50,7 @@ typedef void (*StatsSink) (const SharedKey *key, const StatsCounters *delta,
 						   TimestampTz at);
 
 extern void stats_init(void);
+extern void stats_state_init(void);
 extern bool stats_enabled(void);
 extern void stats_count(Oid relid, text *name, const StatsCounters *delta,
 						int template_len, int (*template_of) (void *arg),
