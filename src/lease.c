@@ -555,7 +555,7 @@ static KeptPlan template_plan = {
 	.nargs = 1, .argtypes = {TEXTOID}
 };
 
-/* stats_count() template_of: the length of the name of limit "arg"'s template. */
+/* stats_count_limit() template_of: the length of the name of limit "arg"'s template. */
 static int
 limit_template_len(void *arg)
 {
@@ -579,27 +579,27 @@ limit_template_len(void *arg)
  * grants and slots freed only if it commits), under its tb_limits.
  */
 static void
-count_limit(LeaseAsk *ask, const StatsCounters *delta)
+count_limit(LeaseAsk *ask, const LimitCounters *delta)
 {
 	if (!stats_enabled() || !OidIsValid(ask->limits))
 		return;
-	stats_count(ask->limits, ask->name, delta, ask->template_len, limit_template_len,
-				ask, NULL, GetCurrentTimestamp());
+	stats_count_limit(ask->limits, ask->name, delta, ask->template_len,
+					  limit_template_len, ask, GetCurrentTimestamp());
 }
 
 /* Count a lease decided without waiting: granted (with its slots), or refused. */
 static void
 count_lease(LeaseAsk *ask, bool granted)
 {
-	StatsCounters delta = {0};
+	LimitCounters delta = {0};
 
 	if (granted)
 	{
-		delta.granted = 1;
-		delta.granted_tokens = ask->slots;
+		delta.leases = 1;
+		delta.slots = ask->slots;
 	}
 	else
-		delta.denied = 1;
+		delta.refused = 1;
 	count_limit(ask, &delta);
 }
 
@@ -928,7 +928,7 @@ lease_take(LeaseAsk *ask, TimestampTz now)
 	Datum		args[10];
 	char		nulls[11] = "          ";
 	bool		isnull;
-	StatsCounters freed = {0};
+	LimitCounters freed = {0};
 
 	args[0] = PointerGetDatum(ask->name);
 	args[1] = CStringGetTextDatum(ask->hold == HOLD_SESSION ? "session" : "transaction");
@@ -1185,14 +1185,14 @@ lease_with(Installation *inst, const LeaseRequest *request, bool wait,
 	if (wait)
 	{
 		/* cancelled until it says how it ended (an error ends it so) */
-		StatsCounters delta = {.cancelled = 1};
+		LimitCounters delta = {.cancelled = 1};
 
 		count_limit(&ask, &delta);
 		granted = wait_in_queue(VARDATA_ANY(ask.name), VARSIZE_ANY_EXHDR(ask.name),
 								deadline, lease_attempt, &ask, &waited_usecs);
 		delta.cancelled = -1;
-		delta.granted = granted ? 1 : 0;
-		delta.granted_tokens = granted ? ask.slots : 0;
+		delta.leases = granted ? 1 : 0;
+		delta.slots = granted ? ask.slots : 0;
 		delta.timeouts = granted ? 0 : 1;
 		delta.waited = waited_usecs >= 0 ? 1 : 0;
 		delta.wait_usecs = Max(waited_usecs, 0);
@@ -1317,7 +1317,7 @@ release_memory(Installation *inst, int64 id)
 			count_limit(&(LeaseAsk) {.relid = installation_table(inst),
 						.limits = installation_limits(inst),
 						.name = cstring_to_text(name), .template_len = template_len},
-						&(StatsCounters) {.released = slots});
+						&(LimitCounters) {.released = slots});
 			return true;
 		case MEMORY_RELEASE_DENIED:
 			/* answered as an id that holds nothing: see tb_release() */
@@ -1369,7 +1369,7 @@ tb_release(PG_FUNCTION_ARGS)
 		freed = true;
 		count_limit(&(LeaseAsk) {.relid = relid, .limits = installation_limits(&inst),
 					.name = name, .template_len = -1},
-					&(StatsCounters) {.released = slots});
+					&(LimitCounters) {.released = slots});
 	}
 	spi_end(&session);
 	PG_RETURN_BOOL(freed);

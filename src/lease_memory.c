@@ -292,7 +292,7 @@ typedef struct Freed
 	SharedKey	key;
 	Oid			stats_relid;
 	int			template_len;
-	StatsCounters counts;		/* ended and expired */
+	LimitCounters counts;		/* ended and expired */
 } Freed;
 
 /* The limits whose leases a call freed. */
@@ -350,8 +350,8 @@ wake_all(WakeList *wake)
 		Freed	   *freed = &wake->limits[i];
 
 		if (freed->counts.ended > 0 || freed->counts.expired > 0)
-			stats_count_now(freed->stats_relid, freed->key.name, freed->key.len,
-							freed->template_len, &freed->counts, now);
+			stats_count_limit_now(freed->stats_relid, freed->key.name, freed->key.len,
+								  freed->template_len, &freed->counts, now);
 		wait_wake_limit(freed->key.name, freed->key.len);
 	}
 	if (wake->limits)

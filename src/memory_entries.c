@@ -366,7 +366,7 @@ init_entry(MemoryEntry *entry, uint32 hashcode, MemoryTemplate *template,
 	entry->waiter = -1;
 	entry->pins = 0;
 	entry->bucket = *state;
-	memset(&entry->counters, 0, sizeof(StatsCounters));
+	memset(&entry->counters, 0, sizeof(StatsCounts));
 	link_entry(entry);
 }
 
@@ -796,7 +796,7 @@ typedef struct ListedEntry
 	int			template_len;
 	Bucket		bucket;
 	TimestampTz since;
-	StatsCounters counters;
+	BucketCounters counters;
 } ListedEntry;
 
 /*
@@ -836,7 +836,7 @@ copy_partition(int p, Oid relid, bool keys_only, ListedEntry **rows, int *maxrow
 		SpinLockAcquire(&entry->mutex);
 		row->bucket = entry->bucket;
 		row->since = entry->since;
-		row->counters = entry->counters;
+		row->counters = entry->counters.bucket;
 		SpinLockRelease(&entry->mutex);
 		nrows++;
 	}

@@ -73,8 +73,9 @@ typedef struct MemoryEntry
 	uint64		serial;			/* new for every entry made */
 	MemoryTemplate *template;	/* what it was made from; NULL: named */
 	Bucket		bucket;
-	StatsCounters counters;		/* a template key's own (stats.c); granted
-								 * first, added at commit */
+	StatsCounts counters;		/* a template key's own (stats.c): .bucket,
+								 * in the layout the state file keeps;
+								 * granted first, added at commit */
 	/* the rest, for changes and the clock */
 	TransactionId owner;		/* a provisional entry's transaction */
 	TimestampTz since;			/* when its counters started */

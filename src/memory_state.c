@@ -63,7 +63,7 @@ save_state(void)
 			state_save(&sf, &template_len, sizeof(uint16));
 			state_save(&sf, &entry->bucket, sizeof(Bucket));
 			state_save(&sf, &entry->since, sizeof(TimestampTz));
-			state_save(&sf, &entry->counters, sizeof(StatsCounters));
+			state_save(&sf, &entry->counters, sizeof(StatsCounts));
 		}
 	(void) state_save_end(&sf);
 }
@@ -100,7 +100,7 @@ load_state(bool *existed)
 			uint16		template_len;
 			Bucket		bucket;
 			TimestampTz since = GetCurrentTimestamp();
-			StatsCounters counters = {0};
+			StatsCounts counters = {0};
 			MemoryEntry *entry;
 
 			memset(&key, 0, sizeof(key));

@@ -562,7 +562,7 @@ memory_check_make(int len)
  * committed entry (gone: its counts go with it; its template has them).
  */
 static void
-memory_count(const SharedKey *name, const StatsCounters *delta, TimestampTz at)
+memory_count(const SharedKey *name, const BucketCounters *delta, TimestampTz at)
 {
 	MemoryKey	key;
 	uint32		hashcode;
@@ -580,7 +580,7 @@ memory_count(const SharedKey *name, const StatsCounters *delta, TimestampTz at)
 	if (entry != NULL)
 	{
 		SpinLockAcquire(&entry->mutex);
-		stats_counters_add(&entry->counters, delta);
+		bucket_counters_add(&entry->counters.bucket, delta);
 		SpinLockRelease(&entry->mutex);
 	}
 	LWLockRelease(lock);
@@ -618,7 +618,7 @@ memory_reset_counters(Oid relid, text *name)
 				continue;
 			SpinLockAcquire(&entry->mutex);
 			entry->since = now;
-			memset(&entry->counters, 0, sizeof(StatsCounters));
+			memset(&entry->counters, 0, sizeof(StatsCounts));
 			SpinLockRelease(&entry->mutex);
 		}
 		LWLockRelease(lock);

@@ -408,8 +408,8 @@ apply_undo(const Undo *undo, bool give_back, TimestampTz now)
 		{
 			if (undo->granted > 0)
 			{
-				entry->counters.granted += undo->granted;
-				entry->counters.granted_tokens += undo->granted_tokens;
+				entry->counters.bucket.granted += undo->granted;
+				entry->counters.bucket.granted_tokens += undo->granted_tokens;
 			}
 			if (gives(undo))
 			{

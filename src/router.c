@@ -445,7 +445,7 @@ template_of(void *arg)
  */
 static void
 count(Installation *inst, text *name, int template_len,
-	  const StatsCounters *delta, TimestampTz now)
+	  const BucketCounters *delta, TimestampTz now)
 {
 	TemplateLookup lookup = {inst, installation_table(inst), name, 0};
 
@@ -471,7 +471,7 @@ count_decision(Installation *inst, const Request *requests, int nrequests,
 								   requests[i].reserve, now);
 	for (int i = 0; i < nrequests; i++)
 	{
-		StatsCounters delta = {0};
+		BucketCounters delta = {0};
 
 		if (granted)
 		{
@@ -553,7 +553,7 @@ router_count_wait_begin(Installation *inst, const Request *requests,
 	now = GetCurrentTimestamp();
 	for (int i = 0; i < nrequests; i++)
 	{
-		StatsCounters delta = {.cancelled = 1};
+		BucketCounters delta = {.cancelled = 1};
 		Request		probe = {.name = requests[i].name, .template_len = -1};
 
 		(void) memory_store.peek(installation_table(inst), &probe);
@@ -576,7 +576,7 @@ router_count_wait(Installation *inst, const Request *requests,
 	now = GetCurrentTimestamp();
 	for (int i = 0; i < nrequests; i++)
 	{
-		StatsCounters delta = {.cancelled = -1};
+		BucketCounters delta = {.cancelled = -1};
 
 		delta.granted = granted ? 1 : 0;
 		delta.granted_tokens = granted ? requests[i].cost : 0;
@@ -648,7 +648,7 @@ router_peek(Installation *inst, Request *request, TimestampTz now)
  */
 Bucket
 router_update(Installation *inst, text *name, BucketChange change,
-			  const void *arg, const StatsCounters *delta, TimestampTz now)
+			  const void *arg, const BucketCounters *delta, TimestampTz now)
 {
 	SpiSession	session = spi_begin(inst, true);
 	Oid			relid = installation_table(inst);

@@ -37,7 +37,7 @@ extern void router_peek(Installation *inst, Request *request,
 						TimestampTz now);
 extern Bucket router_update(Installation *inst, text *name,
 							BucketChange change, const void *arg,
-							const StatsCounters *delta, TimestampTz now);
+							const BucketCounters *delta, TimestampTz now);
 extern void router_require(Installation *inst, text *name);
 extern void router_alter(Installation *inst, text *name, double capacity,
 						 double refill_rate);

@@ -70,7 +70,9 @@ typedef struct Pending
 	StatsSink	sink;			/* where its own counts go; NULL: here */
 	uint64		xact;			/* the transaction it counts in (xact_seq) */
 	TimestampTz at;
-	StatsCounters counters;
+	bool		limit;			/* its counters are a limit's (else a
+								 * bucket's) */
+	StatsCounts counters;
 } Pending;
 
 /* installations (or databases) whose counters go at commit */
@@ -168,39 +170,29 @@ made_rebuild(void)
 		made_add(pending);
 }
 
-/* Add "delta" to "sum". */
-void
-stats_counters_add(StatsCounters *sum, const StatsCounters *delta)
-{
-	sum->granted += delta->granted;
-	sum->granted_tokens += delta->granted_tokens;
-	sum->denied += delta->denied;
-	sum->waited += delta->waited;
-	sum->wait_usecs += delta->wait_usecs;
-	sum->timeouts += delta->timeouts;
-	sum->refunded_tokens += delta->refunded_tokens;
-	sum->pauses += delta->pauses;
-	sum->cancelled += delta->cancelled;
-	sum->released += delta->released;
-	sum->ended += delta->ended;
-	sum->expired += delta->expired;
-}
-
 /*
- * Forget the counts a rollback gives back: grants, refunds, pauses; a
- * limit's slots released, or taken over from a lease that ended or
- * expired (the rows go back to naming it).
+ * Forget the counts a rollback gives back: a bucket's grants, refunds and
+ * pauses; a limit's leases, and its slots released, or taken over from a
+ * lease that ended or expired (the rows go back to naming it).
  */
 static void
-counters_roll_back(StatsCounters *counters)
+counts_roll_back(StatsCounts *counts, bool limit)
 {
-	counters->granted = 0;
-	counters->granted_tokens = 0;
-	counters->refunded_tokens = 0;
-	counters->pauses = 0;
-	counters->released = 0;
-	counters->ended = 0;
-	counters->expired = 0;
+	if (limit)
+	{
+		counts->limit.leases = 0;
+		counts->limit.slots = 0;
+		counts->limit.released = 0;
+		counts->limit.ended = 0;
+		counts->limit.expired = 0;
+	}
+	else
+	{
+		counts->bucket.granted = 0;
+		counts->bucket.granted_tokens = 0;
+		counts->bucket.refunded_tokens = 0;
+		counts->bucket.pauses = 0;
+	}
 }
 
 /* Whether calls are counted now: the library preloaded, and tracking on. */
@@ -282,22 +274,24 @@ pending_of(PendingId *id, PendingFound *how)
 		pending->is_template = false;
 		pending->template_len = 0;
 		pending->sink = NULL;
-		memset(&pending->counters, 0, sizeof(StatsCounters));
+		pending->limit = false;
+		memset(&pending->counters, 0, sizeof(StatsCounts));
 	}
 	set_last(pending);
 	return pending;
 }
 
 /*
- * Count "delta" for bucket "name" of installation "relid" when the
- * transaction ends.  "template_len" is the length of its template's name
- * (with the '*'; 0: none), or -1 when the caller does not know it: then
- * "template_of" says it (the caller's way to look it up), once per
- * bucket and transaction, unless the bucket's entry knows.  With "sink",
- * the bucket's own counts go there, and only its template's here.
+ * The pending count of bucket (or with "limit", limit) "name" of
+ * installation "relid", for what the transaction counts for it.
+ * "template_len" is the length of its template's name (with the '*'; 0:
+ * none), or -1 when the caller does not know it: then "template_of" says
+ * it (the caller's way to look it up), once per name and transaction,
+ * unless the name's entry knows.  With "sink", the bucket's own counts go
+ * there, and only its template's here.
  */
-void
-stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
+static Pending *
+pending_for(Oid relid, text *name, bool limit, int template_len,
 			int (*template_of) (void *arg), void *arg, StatsSink sink,
 			TimestampTz now)
 {
@@ -305,8 +299,6 @@ stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
 	Pending    *pending;
 	PendingFound how;
 
-	if (!stats_enabled())
-		return;
 	memset(&id, 0, sizeof(id));
 	shared_key_long(&id.key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
 	pending = pending_of(&id, &how);
@@ -321,6 +313,7 @@ stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
 	if (how != PENDING_CURRENT)
 	{
 		pending->is_template = false;
+		pending->limit = limit;
 		pending->sink = sink;
 		made_add(pending);
 	}
@@ -328,7 +321,44 @@ stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
 		pending->sink = sink;	/* a store that keeps its keys' counters
 								 * knows it now */
 	pending->at = now;
-	stats_counters_add(&pending->counters, delta);
+	return pending;
+}
+
+/*
+ * Count "delta" for bucket "name" of installation "relid" when the
+ * transaction ends: see pending_for().
+ */
+void
+stats_count(Oid relid, text *name, const BucketCounters *delta, int template_len,
+			int (*template_of) (void *arg), void *arg, StatsSink sink,
+			TimestampTz now)
+{
+	Pending    *pending;
+
+	if (!stats_enabled())
+		return;
+	pending = pending_for(relid, name, false, template_len, template_of, arg,
+						  sink, now);
+	bucket_counters_add(&pending->counters.bucket, delta);
+}
+
+/*
+ * Count "delta" for limit "name" of the installation whose tb_limits is
+ * "limits" when the transaction ends (its leases, and the slots freed,
+ * only if it commits): see pending_for().
+ */
+void
+stats_count_limit(Oid limits, text *name, const LimitCounters *delta,
+				  int template_len, int (*template_of) (void *arg), void *arg,
+				  TimestampTz now)
+{
+	Pending    *pending;
+
+	if (!stats_enabled())
+		return;
+	pending = pending_for(limits, name, true, template_len, template_of, arg,
+						  NULL, now);
+	limit_counters_add(&pending->counters.limit, delta);
 }
 
 /*
@@ -340,7 +370,7 @@ stats_count(Oid relid, text *name, const StatsCounters *delta, int template_len,
  */
 void
 stats_count_template(Oid relid, text *name, int template_len,
-					 const StatsCounters *delta, TimestampTz now)
+					 const BucketCounters *delta, TimestampTz now)
 {
 	PendingId	id;
 	Pending    *pending;
@@ -356,10 +386,11 @@ stats_count_template(Oid relid, text *name, int template_len,
 		pending->is_template = true;
 		pending->template_len = 0;
 		pending->sink = NULL;
+		pending->limit = false;
 		made_add(pending);
 	}
 	pending->at = now;
-	stats_counters_add(&pending->counters, delta);
+	bucket_counters_add(&pending->counters.bucket, delta);
 }
 
 /*
@@ -383,29 +414,30 @@ report_lost(bool kept)
 }
 
 /*
- * Add "delta" for bucket or limit "name" ("len" bytes) of installation
- * "relid" to shared memory now, and to its template's counters
- * ("template_len": the length of its name, 0: none): for what happens
- * outside any transaction, or whatever becomes of it (a memory lease
- * freed by its backend's exit).
+ * Add "delta" for limit "name" ("len" bytes) of the installation whose
+ * tb_limits is "limits" to shared memory now, and to its template's
+ * counters ("template_len": the length of its name, 0: none): for what
+ * happens outside any transaction, or whatever becomes of it (a memory
+ * lease freed by its backend's exit).
  */
 void
-stats_count_now(Oid relid, const char *name, int len, int template_len,
-				const StatsCounters *delta, TimestampTz now)
+stats_count_limit_now(Oid limits, const char *name, int len, int template_len,
+					  const LimitCounters *delta, TimestampTz now)
 {
 	SharedKey	key;
+	StatsCounts counts = {.limit = *delta};
 	bool		kept = true;
 
 	if (!stats_enabled())
 		return;
 	if (template_len > 0)
 	{
-		stats_template_key(&key, relid, name, template_len);
-		kept = stats_add(&key, STATS_TEMPLATE, 0, delta, now);
+		stats_template_key(&key, limits, name, template_len);
+		kept = stats_add(&key, STATS_TEMPLATE, 0, &counts, true, now);
 	}
-	shared_key_long(&key, relid, name, len);
+	shared_key_long(&key, limits, name, len);
 	kept &= stats_add(&key, template_len > 0 ? STATS_KEY : STATS_NAMED, template_len,
-					 delta, now);
+					  &counts, true, now);
 	report_lost(kept);
 }
 
@@ -421,9 +453,10 @@ flush_one(Pending *pending)
 
 	if (pending->template_len > 0)
 		kept = stats_add_hashed(&pending->template, pending->template_hashcode,
-							   STATS_TEMPLATE, 0, &pending->counters, pending->at);
+								STATS_TEMPLATE, 0, &pending->counters, pending->limit,
+								pending->at);
 	if (pending->sink != NULL)
-		pending->sink(key, &pending->counters, pending->at);
+		pending->sink(key, &pending->counters.bucket, pending->at);
 	else
 	{
 		if (!pending->hashed)
@@ -432,9 +465,10 @@ flush_one(Pending *pending)
 			pending->hashed = true;
 		}
 		kept &= stats_add_hashed(key, pending->hashcode,
-								pending->is_template ? STATS_TEMPLATE :
-								pending->template_len > 0 ? STATS_KEY : STATS_NAMED,
-								pending->template_len, &pending->counters, pending->at);
+								 pending->is_template ? STATS_TEMPLATE :
+								 pending->template_len > 0 ? STATS_KEY : STATS_NAMED,
+								 pending->template_len, &pending->counters,
+								 pending->limit, pending->at);
 	}
 	return kept;
 }
@@ -448,7 +482,7 @@ flush(bool abort)
 	for (int i = 0; i < nmade; i++)
 	{
 		if (abort)
-			counters_roll_back(&made[i]->counters);
+			counts_roll_back(&made[i]->counters, made[i]->limit);
 		kept &= flush_one(made[i]);
 	}
 	report_lost(kept);
@@ -489,7 +523,7 @@ reset_transaction(void)
 			if (!keep || made[i] != last)
 				(void) hash_search(pendings, &made[i]->id, HASH_REMOVE, NULL);
 		if (keep)
-			memset(&last->counters, 0, sizeof(StatsCounters));
+			memset(&last->counters, 0, sizeof(StatsCounts));
 		else
 			last = NULL;
 	}
@@ -572,12 +606,12 @@ stats_subxact_end(bool commit)
 
 			(void) hash_search(pendings, &copy.id, HASH_REMOVE, NULL);
 			if (abort)
-				counters_roll_back(&copy.counters);
+				counts_roll_back(&copy.counters, copy.limit);
 			copy.id.level = level - 1;
 			parent = hash_search(pendings, &copy.id, HASH_ENTER, &found);
 			if (found)
 			{
-				stats_counters_add(&parent->counters, &copy.counters);
+				stats_counts_add(&parent->counters, &copy.counters, copy.limit);
 				parent->at = Max(parent->at, copy.at);
 			}
 			else

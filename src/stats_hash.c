@@ -42,6 +42,58 @@ int			max_stats_buckets = 10000;	/* GUC (stats_state.c) */
 StatsShared *stats_shared = NULL;
 HTAB	   *stats_entries = NULL;
 
+/* What a bucket and a limit both count lies in the same place. */
+StaticAssertDecl(offsetof(LimitCounters, slots) == offsetof(BucketCounters, granted_tokens) &&
+				 offsetof(LimitCounters, refused) == offsetof(BucketCounters, denied) &&
+				 offsetof(LimitCounters, waited) == offsetof(BucketCounters, waited) &&
+				 offsetof(LimitCounters, wait_usecs) == offsetof(BucketCounters, wait_usecs) &&
+				 offsetof(LimitCounters, timeouts) == offsetof(BucketCounters, timeouts) &&
+				 offsetof(LimitCounters, cancelled) == offsetof(BucketCounters, cancelled) &&
+				 offsetof(LimitCounters, released) == sizeof(BucketCounters) &&
+				 sizeof(StatsCounts) == sizeof(LimitCounters),
+				 "a limit's counters lie where a bucket's of the same meaning do");
+
+/* Add "delta" to "sum". */
+void
+bucket_counters_add(BucketCounters *sum, const BucketCounters *delta)
+{
+	sum->granted += delta->granted;
+	sum->granted_tokens += delta->granted_tokens;
+	sum->denied += delta->denied;
+	sum->waited += delta->waited;
+	sum->wait_usecs += delta->wait_usecs;
+	sum->timeouts += delta->timeouts;
+	sum->refunded_tokens += delta->refunded_tokens;
+	sum->pauses += delta->pauses;
+	sum->cancelled += delta->cancelled;
+}
+
+/* Add "delta" to "sum". */
+void
+limit_counters_add(LimitCounters *sum, const LimitCounters *delta)
+{
+	sum->leases += delta->leases;
+	sum->slots += delta->slots;
+	sum->refused += delta->refused;
+	sum->waited += delta->waited;
+	sum->wait_usecs += delta->wait_usecs;
+	sum->timeouts += delta->timeouts;
+	sum->cancelled += delta->cancelled;
+	sum->released += delta->released;
+	sum->ended += delta->ended;
+	sum->expired += delta->expired;
+}
+
+/* Add "delta" to "sum": a limit's counters with "limit", else a bucket's. */
+void
+stats_counts_add(StatsCounts *sum, const StatsCounts *delta, bool limit)
+{
+	if (limit)
+		limit_counters_add(&sum->limit, &delta->limit);
+	else
+		bucket_counters_add(&sum->bucket, &delta->bucket);
+}
+
 /* Fail unless the counters exist: the library must be preloaded. */
 void
 stats_require(void)
@@ -162,7 +214,8 @@ evict_one(bool named, bool force)
  */
 bool
 stats_add_hashed(const SharedKey *key, uint32 hashcode, StatsKind kind,
-				 int template_len, const StatsCounters *delta, TimestampTz since)
+				 int template_len, const StatsCounts *delta, bool limit,
+				 TimestampTz since)
 {
 	LWLock	   *lock = partition_lock(hashcode);
 	StatsEntry *entry;
@@ -177,7 +230,7 @@ stats_add_hashed(const SharedKey *key, uint32 hashcode, StatsKind kind,
 			if (!entry->used)
 				entry->used = true;
 			SpinLockAcquire(&entry->mutex);
-			stats_counters_add(&entry->counters, delta);
+			stats_counts_add(&entry->counters, delta, limit);
 			SpinLockRelease(&entry->mutex);
 			LWLockRelease(lock);
 			return true;
@@ -197,7 +250,7 @@ stats_add_hashed(const SharedKey *key, uint32 hashcode, StatsKind kind,
 			entry->template_len = template_len;
 			entry->since = since;
 			SpinLockInit(&entry->mutex);
-			memset(&entry->counters, 0, sizeof(StatsCounters));
+			memset(&entry->counters, 0, sizeof(StatsCounts));
 			entry->prev = NULL;
 			entry->next = partition->head;
 			if (partition->head)
@@ -223,10 +276,30 @@ stats_add_hashed(const SharedKey *key, uint32 hashcode, StatsKind kind,
 /* stats_add_hashed() for a key whose hash the caller has not kept. */
 bool
 stats_add(const SharedKey *key, StatsKind kind, int template_len,
-		  const StatsCounters *delta, TimestampTz since)
+		  const StatsCounts *delta, bool limit, TimestampTz since)
 {
 	return stats_add_hashed(key, stats_hashcode(key), kind, template_len,
-							delta, since);
+							delta, limit, since);
+}
+
+/*
+ * At startup, in the postmaster: an entry for "key" holding "counts" (a
+ * bucket's or a limit's, as a state file kept them), counting from
+ * "since"; false when there is no room for it.
+ */
+bool
+stats_restore(const SharedKey *key, StatsKind kind, int template_len,
+			  const StatsCounts *counts, TimestampTz since)
+{
+	StatsCounts none = {0};
+	uint32		hashcode = stats_hashcode(key);
+	StatsEntry *entry;
+
+	if (!stats_add_hashed(key, hashcode, kind, template_len, &none, false, since))
+		return false;
+	entry = hash_search_with_hash_value(stats_entries, key, hashcode, HASH_FIND, NULL);
+	entry->counters = *counts;
+	return true;
 }
 
 /* The hash of "key" in the counters' hash, for stats_add_hashed(). */
@@ -376,7 +449,7 @@ reset_entry(StatsEntry *entry, void *arg)
 		 memcmp(entry->key.name, key->name, Min(key->len - 1, LONG_NAME_PREFIX)) == 0))
 	{
 		entry->since = reset->now;
-		memset(&entry->counters, 0, sizeof(StatsCounters));
+		memset(&entry->counters, 0, sizeof(StatsCounts));
 	}
 }
 
@@ -403,12 +476,12 @@ stats_reset(Oid relid, text *name)
 	}
 	else
 	{
-		StatsCounters none = {0};
+		StatsCounts none = {0};
 
 		stats_remove_installation(MyDatabaseId, relid);
 		/* the installation's own entry says since when it counts */
 		shared_key_long(&key, relid, "", 0);
-		(void) stats_add(&key, STATS_INSTALLATION, 0, &none, now);
+		(void) stats_add(&key, STATS_INSTALLATION, 0, &none, false, now);
 	}
 }
 

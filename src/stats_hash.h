@@ -42,7 +42,7 @@ typedef struct StatsEntry
 	struct StatsEntry *next;
 	TimestampTz since;			/* when counting started */
 	slock_t		mutex;			/* guards the counters */
-	StatsCounters counters;
+	StatsCounts counters;		/* a bucket's or a limit's: its key says */
 } StatsEntry;
 
 typedef struct StatsPartition
@@ -67,16 +67,21 @@ extern HTAB *stats_entries;
 extern void stats_require(void);
 extern uint32 stats_hashcode(const SharedKey *key);
 extern bool stats_add_hashed(const SharedKey *key, uint32 hashcode, StatsKind kind,
-							 int template_len, const StatsCounters *delta,
+							 int template_len, const StatsCounts *delta, bool limit,
 							 TimestampTz since);
 extern bool stats_add(const SharedKey *key, StatsKind kind, int template_len,
-					  const StatsCounters *delta, TimestampTz since);
+					  const StatsCounts *delta, bool limit, TimestampTz since);
+extern bool stats_restore(const SharedKey *key, StatsKind kind, int template_len,
+						  const StatsCounts *counts, TimestampTz since);
+extern void limit_counters_add(LimitCounters *sum, const LimitCounters *delta);
+extern void stats_counts_add(StatsCounts *sum, const StatsCounts *delta, bool limit);
 extern void stats_template_key(SharedKey *key, Oid relid, const char *name,
 							   int template_len);
 extern TimestampTz stats_installation_since(Oid relid);
 extern int	stats_known_template(const SharedKey *key);
 extern void stats_remove_entry(StatsEntry *entry);
 extern void stats_remove_installation(Oid dbid, Oid relid);
+extern void stats_state_init(void);
 extern Size stats_shmem_size(void);
 extern int	stats_shmem_locks(void);
 extern void stats_attach(LWLockPadded *locks);

@@ -44,7 +44,7 @@ stats_save(void)
 			state_save(&sf, &entry->kind, sizeof(entry->kind));
 			state_save(&sf, &entry->template_len, sizeof(entry->template_len));
 			state_save(&sf, &entry->since, sizeof(entry->since));
-			state_save(&sf, &entry->counters, sizeof(StatsCounters));
+			state_save(&sf, &entry->counters, sizeof(StatsCounts));
 		}
 	(void) state_save_end(&sf);
 }
@@ -74,7 +74,7 @@ stats_startup(void)
 			uint8		kind;
 			uint16		template_len;
 			TimestampTz since;
-			StatsCounters counters = {0};
+			StatsCounts counters = {0};
 
 			memset(&key, 0, sizeof(key));
 			if (!state_load(&sf, &key, offsetof(SharedKey, name)) ||
@@ -85,7 +85,7 @@ stats_startup(void)
 				!state_load(&sf, &counters, sf.format >= 2 ?
 							sizeof(counters) : STATS_COUNTERS_SIZE_1_6))
 				break;
-			if (kind > STATS_KEY || !stats_add(&key, kind, template_len, &counters, since))
+			if (kind > STATS_KEY || !stats_restore(&key, kind, template_len, &counters, since))
 			{
 				sf.failed = true;
 				break;

@@ -30,7 +30,7 @@
  * refunded_tokens, pauses, cancelled.
  */
 void
-stats_values(const StatsCounters *c, Datum *values)
+stats_values(const BucketCounters *c, Datum *values)
 {
 	values[0] = Int64GetDatum(c->granted);
 	values[1] = Float8GetDatum(c->granted_tokens);
@@ -45,16 +45,16 @@ stats_values(const StatsCounters *c, Datum *values)
 
 /*
  * The SQL values of a limit's counters (LIMIT_COLUMNS of them): leases
- * granted, slots, refused, waited, wait_seconds, timeouts, cancelled,
+ * granted, their slots, leases refused, waited, wait_seconds, timeouts, cancelled,
  * then slots released, ended and expired.
  */
 #define LIMIT_COLUMNS 10
 static void
-limit_values(const StatsCounters *c, Datum *values)
+limit_values(const LimitCounters *c, Datum *values)
 {
-	values[0] = Int64GetDatum(c->granted);
-	values[1] = Int64GetDatum((int64) c->granted_tokens);
-	values[2] = Int64GetDatum(c->denied);
+	values[0] = Int64GetDatum(c->leases);
+	values[1] = Int64GetDatum((int64) c->slots);
+	values[2] = Int64GetDatum(c->refused);
 	values[3] = Int64GetDatum(c->waited);
 	values[4] = Float8GetDatum((double) c->wait_usecs / USECS_PER_SEC);
 	values[5] = Int64GetDatum(c->timeouts);
@@ -69,7 +69,7 @@ typedef struct ListedCounters
 {
 	SharedKey	key;
 	TimestampTz since;
-	StatsCounters counters;
+	StatsCounts counters;		/* a bucket's, or with "limits" a limit's */
 } ListedCounters;
 
 /*
@@ -127,9 +127,9 @@ list_counters(Oid relid, int kinds, bool limits, Tuplestorestate *store,
 		{
 			values[0] = PointerGetDatum(shared_key_long_text(&rows[i].key));
 			if (limits)
-				limit_values(&rows[i].counters, values + 1);
+				limit_values(&rows[i].counters.limit, values + 1);
 			else
-				stats_values(&rows[i].counters, values + 1);
+				stats_values(&rows[i].counters.bucket, values + 1);
 			values[1 + columns] = TimestampTzGetDatum(rows[i].since);
 			tuplestore_putvalues(store, desc, values, nulls);
 		}

@@ -628,7 +628,7 @@ tb_try_all(PG_FUNCTION_ARGS)
  */
 static double
 update_bucket(Installation *inst, text *name, BucketChange change,
-			  const void *arg, const StatsCounters *delta)
+			  const void *arg, const BucketCounters *delta)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	Bucket		bucket;
@@ -677,7 +677,7 @@ tb_refund(PG_FUNCTION_ARGS)
 	Installation inst = installation_of(fcinfo);
 	double		tokens = PG_GETARG_FLOAT8(1);
 
-	StatsCounters delta = {.refunded_tokens = tokens};
+	BucketCounters delta = {.refunded_tokens = tokens};
 
 	check_number("tokens", tokens, false);
 	PG_RETURN_FLOAT8(update_bucket(&inst, PG_GETARG_TEXT_PP(0), change_adjust,
@@ -698,7 +698,7 @@ tb_settle(PG_FUNCTION_ARGS)
 	double		used = PG_GETARG_FLOAT8(2);
 	double		tokens;
 
-	StatsCounters delta = {0};
+	BucketCounters delta = {0};
 
 	check_number("reserved", reserved, false);
 	check_number("used", used, false);
@@ -737,7 +737,7 @@ pause_until(Installation *inst, text *name, TimestampTz until)
 
 	if (until > now)
 	{
-		StatsCounters delta = {.pauses = 1};
+		BucketCounters delta = {.pauses = 1};
 
 		(void) update_bucket(inst, name, change_pause, &until, &delta);
 		return;
