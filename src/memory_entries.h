@@ -148,6 +148,9 @@ extern bool memory_covered(const MemoryKey *key);
 extern void memory_remove_all(Oid dbid, Oid relid, const char *name, int len);
 extern void memory_lock_all(LWLockMode mode);
 extern void memory_unlock_all(void);
+extern int	memory_templates_of(Oid relid, SharedKey *names, int64 *keys);
+
+/* memory_list.c */
 extern void memory_list(Oid relid, Tuplestorestate *store, TupleDesc desc);
 
 #endif							/* TOKENBUCKET_MEMORY_ENTRIES_H */
