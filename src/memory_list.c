@@ -21,6 +21,7 @@
 #include "common.h"
 #include "memory_entries.h"
 #include "miscadmin.h"
+#include "stats_views.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 

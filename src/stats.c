@@ -39,7 +39,9 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "shmem.h"
+#include "stats.h"
 #include "stats_hash.h"
+#include "stats_state.h"
 #include "storage/lwlock.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
@@ -660,3 +662,31 @@ stats_init(void)
 		stats_state_init();
 }
 
+/*
+ * Start the counters of bucket "name" from zero now (of a template: its
+ * own and those of the keys made from it that have entries), or with
+ * NULL, those of every bucket of installation "relid".  Counts of
+ * transactions still open are added after the reset.
+ */
+void
+stats_reset(Oid relid, text *name)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	SharedKey	key;
+
+	stats_require();
+	if (name != NULL)
+	{
+		shared_key_long(&key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+		stats_reset_entries(relid, &key, is_template_name(name), now);
+	}
+	else
+	{
+		StatsCounts none = {0};
+
+		stats_remove_installation(MyDatabaseId, relid);
+		/* the installation's own entry says since when it counts */
+		shared_key_long(&key, relid, "", 0);
+		(void) stats_add(&key, STATS_INSTALLATION, 0, &none, false, now);
+	}
+}

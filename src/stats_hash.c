@@ -53,47 +53,6 @@ StaticAssertDecl(offsetof(LimitCounters, slots) == offsetof(BucketCounters, gran
 				 sizeof(StatsCounts) == sizeof(LimitCounters),
 				 "a limit's counters lie where a bucket's of the same meaning do");
 
-/* Add "delta" to "sum". */
-void
-bucket_counters_add(BucketCounters *sum, const BucketCounters *delta)
-{
-	sum->granted += delta->granted;
-	sum->granted_tokens += delta->granted_tokens;
-	sum->denied += delta->denied;
-	sum->waited += delta->waited;
-	sum->wait_usecs += delta->wait_usecs;
-	sum->timeouts += delta->timeouts;
-	sum->refunded_tokens += delta->refunded_tokens;
-	sum->pauses += delta->pauses;
-	sum->cancelled += delta->cancelled;
-}
-
-/* Add "delta" to "sum". */
-void
-limit_counters_add(LimitCounters *sum, const LimitCounters *delta)
-{
-	sum->leases += delta->leases;
-	sum->slots += delta->slots;
-	sum->refused += delta->refused;
-	sum->waited += delta->waited;
-	sum->wait_usecs += delta->wait_usecs;
-	sum->timeouts += delta->timeouts;
-	sum->cancelled += delta->cancelled;
-	sum->released += delta->released;
-	sum->ended += delta->ended;
-	sum->expired += delta->expired;
-}
-
-/* Add "delta" to "sum": a limit's counters with "limit", else a bucket's. */
-void
-stats_counts_add(StatsCounts *sum, const StatsCounts *delta, bool limit)
-{
-	if (limit)
-		limit_counters_add(&sum->limit, &delta->limit);
-	else
-		bucket_counters_add(&sum->bucket, &delta->bucket);
-}
-
 /* Fail unless the counters exist: the library must be preloaded. */
 void
 stats_require(void)
@@ -425,7 +384,7 @@ stats_remove_installation(Oid dbid, Oid relid)
 	visit_entries(forget_entry, &gone);
 }
 
-/* What stats_reset() of one bucket (or a template's keys) starts from zero. */
+/* What stats_reset_entries() starts from zero: one entry, or a template's keys too. */
 typedef struct ResetOf
 {
 	Oid			relid;
@@ -454,35 +413,16 @@ reset_entry(StatsEntry *entry, void *arg)
 }
 
 /*
- * Start the counters of bucket "name" from zero now (of a template: its
- * own and those of the keys made from it that have entries here), or
- * with NULL, those of every bucket of installation "relid".  Counts of
- * transactions still open are added after the reset.
+ * Start from zero now the entry of "key" of installation "relid" (with
+ * "template", a template's name: its own and those of the keys made from
+ * it that have entries).
  */
 void
-stats_reset(Oid relid, text *name)
+stats_reset_entries(Oid relid, const SharedKey *key, bool template, TimestampTz now)
 {
-	TimestampTz now = GetCurrentTimestamp();
-	SharedKey	key;
+	ResetOf		reset = {.relid = relid, .key = key, .template = template, .now = now};
 
-	stats_require();
-	if (name != NULL)
-	{
-		ResetOf		reset = {.relid = relid, .key = &key,
-		.template = is_template_name(name), .now = now};
-
-		shared_key_long(&key, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
-		visit_entries(reset_entry, &reset);
-	}
-	else
-	{
-		StatsCounts none = {0};
-
-		stats_remove_installation(MyDatabaseId, relid);
-		/* the installation's own entry says since when it counts */
-		shared_key_long(&key, relid, "", 0);
-		(void) stats_add(&key, STATS_INSTALLATION, 0, &none, false, now);
-	}
+	visit_entries(reset_entry, &reset);
 }
 
 /* Shared memory the counters need. */

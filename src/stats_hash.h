@@ -12,9 +12,9 @@
 #ifndef TOKENBUCKET_STATS_HASH_H
 #define TOKENBUCKET_STATS_HASH_H
 
+#include "counters.h"
 #include "port/atomics.h"
 #include "shmem.h"
-#include "stats.h"
 #include "storage/lwlock.h"
 #include "storage/spin.h"
 #include "utils/hsearch.h"
@@ -73,15 +73,14 @@ extern bool stats_add(const SharedKey *key, StatsKind kind, int template_len,
 					  const StatsCounts *delta, bool limit, TimestampTz since);
 extern bool stats_restore(const SharedKey *key, StatsKind kind, int template_len,
 						  const StatsCounts *counts, TimestampTz since);
-extern void limit_counters_add(LimitCounters *sum, const LimitCounters *delta);
-extern void stats_counts_add(StatsCounts *sum, const StatsCounts *delta, bool limit);
 extern void stats_template_key(SharedKey *key, Oid relid, const char *name,
 							   int template_len);
 extern TimestampTz stats_installation_since(Oid relid);
 extern int	stats_known_template(const SharedKey *key);
 extern void stats_remove_entry(StatsEntry *entry);
 extern void stats_remove_installation(Oid dbid, Oid relid);
-extern void stats_state_init(void);
+extern void stats_reset_entries(Oid relid, const SharedKey *key, bool template,
+								TimestampTz now);
 extern Size stats_shmem_size(void);
 extern int	stats_shmem_locks(void);
 extern void stats_attach(LWLockPadded *locks);

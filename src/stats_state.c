@@ -17,6 +17,7 @@
 
 #include "pgstat.h"
 #include "stats_hash.h"
+#include "stats_state.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 

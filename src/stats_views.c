@@ -21,6 +21,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "stats_hash.h"
+#include "stats_views.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
