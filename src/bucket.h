@@ -39,7 +39,7 @@
  * fractions that miss their sum by a few units of the capacity's last
  * place (2^-52 of it); so the boundary is granted as written, and the
  * slack is a 65536th of the smallest cost a bucket accounts for.  A limit's
- * reserve of slots uses it too (lease.c).
+ * reserve of slots uses it too (limit_config.c).
  */
 #define BUCKET_RESERVE_SLACK	(1.0 / 281474976710656.0)
 

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * lease_memory.c
- *	  Memory limits: leases kept in shared memory, freed by their holder's
- *	  transaction or session end, emptied by a crash.
+ *	  The memory store of in-flight limits (memory_limit_store, behind
+ *	  limit_store.h): a memory limit's leases kept in shared memory, freed
+ *	  by their holder's transaction or session end, emptied by a crash.
  *
  * A limit whose row says memory => true keeps its leases here, not in
  * tb_lease_slots: a lease is a record of a fixed array, on the list of
@@ -26,9 +27,10 @@
  *
  * One LWLock guards it all: a lease or a release holds it for a few dozen
  * instructions.  The configuration (max_in_flight) is not kept here: the
- * caller reads it, committed, at each lease (lease.c), and a generation
- * counter, bumped whenever limits are forgotten, makes a lease that read
- * a configuration before a committed tb_drop read it again.
+ * router reads it, committed, at each lease (limit_router.c, which keeps
+ * it while no change of tb_limits has committed: generation()), and a
+ * counter of drops, bumped whenever limits are forgotten, makes a lease
+ * that read a configuration before a committed tb_drop read it again.
  *
  * Lease ids are below zero (table leases' above): minus a sequence's value
  * times 2^20 plus the record's index, above -2^53.
@@ -42,14 +44,12 @@
  */
 #include "postgres.h"
 
-#include "access/sysattr.h"
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "commands/trigger.h"
 #include "common.h"
-#include "executor/spi.h"
 #include "lease_memory.h"
 #include "lease_pool.h"
+#include "limit_store.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "shmem.h"
@@ -62,6 +62,9 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "wait.h"
+
+/* Longest name of a memory limit: a shared entry's. */
+#define MEMORY_LIMIT_NAME_MAX SHARED_NAME_MAX_BYTES
 
 /* A lease id: -(seq * 2^INDEX_BITS + index), seq of SEQ_BITS bits. */
 #define INDEX_BITS	20
@@ -209,8 +212,8 @@ static const SharedArea lease_area = {
 };
 
 /* Fail unless memory limits can be used here: preloaded, on a primary. */
-void
-lease_memory_require(void)
+static void
+require(void)
 {
 	if (lease_shared == NULL)
 		ereport(ERROR,
@@ -226,35 +229,58 @@ lease_memory_require(void)
 				 errhint("Call the tb_* functions on the primary.")));
 }
 
-StaticAssertDecl(MEMORY_LIMIT_NAME_MAX == SHARED_NAME_MAX_BYTES,
-				 "a memory limit's name is a shared key's");
-
-/* The longest name a memory limit (or a name its template makes) may have. */
-int
-lease_memory_name_max(void)
+/*
+ * check_make(): fail unless memory limit "name" can be made: the library
+ * preloaded, the server a primary, and the name (or the names its
+ * template makes) no longer than a shared key's.
+ */
+static void
+memory_check_make(text *name)
 {
-	return MEMORY_LIMIT_NAME_MAX;
+	require();
+	if (VARSIZE_ANY_EXHDR(name) > (Size) MEMORY_LIMIT_NAME_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("memory limit name must be 1 to %d bytes long, not %zu",
+						MEMORY_LIMIT_NAME_MAX, VARSIZE_ANY_EXHDR(name)),
+				 errdetail("A memory limit's name is kept in shared memory, in a fixed space.")));
 }
 
 /*
- * Committed changes of limits' configuration (any tb_limits), counted; 0
- * without the library preloaded, or when this transaction changed one
- * itself (its own uncommitted configuration is read from the table).  A
- * configuration read after this was read holds while it is the same.
+ * generation(): committed changes of limits' configuration (any
+ * tb_limits), counted; 0 without the library preloaded, or when this
+ * transaction changed one itself (its own uncommitted configuration is
+ * read from the table).  A configuration read after this was read holds
+ * while it is the same.
  */
-uint64
-lease_memory_config_generation(void)
+static uint64
+memory_generation(void)
 {
 	if (lease_shared == NULL || config_changed_here)
 		return 0;
 	return pg_atomic_read_u64(&lease_shared->config_generation);
 }
 
-/* Limits forgotten so far; a lease passes what it read before its configuration. */
-uint64
-lease_memory_generation(void)
+/*
+ * drops(): limits forgotten so far; a lease passes what it read before its
+ * configuration.
+ */
+static uint64
+memory_drops(void)
 {
 	return lease_shared ? pg_atomic_read_u64(&lease_shared->generation) : 0;
+}
+
+/*
+ * configure(): this transaction changed tb_limits (its trigger, in
+ * limit_router.c): every backend reads the configuration again once it
+ * commits, and this one reads it from the table until then.
+ */
+static void
+memory_configure(void)
+{
+	if (lease_shared != NULL)
+		config_changed_here = true;
 }
 
 /*
@@ -453,14 +479,16 @@ released_here(const LimitEntry *limit)
 }
 
 /*
- * Whether ask->slots more fit in "limit", with "released" of its slots
- * free for this transaction: within max_in_flight, with ask->keep of it
+ * Whether request->slots more fit in "limit", with "released" of its
+ * slots free for this transaction: within max_in_flight, with
+ * request->keep of it
  * left free afterwards (a reserve's).
  */
 static bool
-fits(const LimitEntry *limit, const MemoryLeaseAsk *ask, int32 released)
+fits(const LimitEntry *limit, const LeaseRequest *request, int32 released)
 {
-	return (int64) limit->held - released + ask->slots + ask->keep <= ask->max_in_flight;
+	return (int64) limit->held - released + request->slots + request->keep <=
+		request->max_in_flight;
 }
 
 /* Whether "forget" takes limit entry "limit". */
@@ -689,15 +717,15 @@ report_no_room(void)
 }
 
 /*
- * Lease ask->slots of memory limit ask->name at "now": granted (the id
- * in *lease), the limit full (*ready: when its first ttl passes), or
- * stale (a limit was dropped since ask->generation: look it up again).
- * Expired leases and those of holders gone are freed when it is full.
- * Refused (53200) when the pool, or a share of it, is full.
+ * take(): a lease of request->slots of memory limit request->name at
+ * "now", as its configuration in the request says: granted (its id in
+ * request->lease), refused (request->ready: when its first ttl passes), or
+ * stale (a limit was dropped since request->generation).  Expired leases
+ * and those of holders gone are freed when it is full.  An error (53200)
+ * when the pool, or a share of it, is full.
  */
-MemoryLeaseTaken
-lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
-				  TimestampTz *ready)
+static LeaseTaken
+memory_take(LeaseRequest *request, TimestampTz now)
 {
 	SharedKey	key;
 	LimitEntry *limit;
@@ -711,22 +739,22 @@ lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
 	PoolShare	full = POOL_ROOM;
 	WakeList	wake = {0};
 
-	lease_memory_require();
-	if (!shared_key_text(&key, ask->relid, ask->name))
+	require();
+	if (!shared_key_text(&key, request->relid, request->name))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("memory limit name must be 1 to %d bytes long, not %zu",
-						SHARED_NAME_MAX_BYTES, VARSIZE_ANY_EXHDR(ask->name)),
+						SHARED_NAME_MAX_BYTES, VARSIZE_ANY_EXHDR(request->name)),
 				 errdetail("A memory limit's name is kept in shared memory, in a fixed space.")));
 	leased_here = true;
-	local = local_add(ask->session, false);
+	local = local_add(request->hold == HOLD_SESSION, false);
 
 	LWLockAcquire(lease_shared->lock, LW_EXCLUSIVE);
-	if (pg_atomic_read_u64(&lease_shared->generation) != ask->generation)
+	if (pg_atomic_read_u64(&lease_shared->generation) != request->generation)
 	{
 		LWLockRelease(lease_shared->lock);
 		xact_leases = list_delete_last(xact_leases);
-		return MEMORY_LEASE_STALE;
+		return LEASE_STALE;
 	}
 	limit = hash_search(limit_hash, &key, HASH_ENTER_NULL, &found);
 	if (limit == NULL)
@@ -737,21 +765,21 @@ lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
 	if (!found)
 	{
 		limit->held = 0;
-		limit->template_len = ask->template_len;
-		limit->stats_relid = ask->stats_relid;
+		limit->template_len = request->template_len;
+		limit->stats_relid = request->limits;
 		limit->first = -1;
 	}
 	template_len = limit->template_len;
-	if (!fits(limit, ask, 0))
+	if (!fits(limit, request, 0))
 	{
 		sweep(limit, now, &wake);
 		released = released_here(limit);
 	}
 	index = lease_shared->free;
-	if (!fits(limit, ask, released) || index < 0 ||
+	if (!fits(limit, request, released) || index < 0 ||
 		(full = lease_pool_take(&key, template_len)) != POOL_ROOM)
 	{
-		*ready = first_expiry(limit);
+		request->ready = first_expiry(limit);
 		if (limit->first < 0)
 			(void) hash_search(limit_hash, &key, HASH_REMOVE, NULL);
 		LWLockRelease(lease_shared->lock);
@@ -760,7 +788,7 @@ lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
 		if (index < 0)
 			report_no_room();
 		lease_pool_refuse(full, &key, template_len);
-		return MEMORY_LEASE_FULL;
+		return LEASE_REFUSED;
 	}
 	record = &lease_shared->leases[index];
 	lease_shared->free = record->next;
@@ -768,38 +796,37 @@ lease_memory_take(const MemoryLeaseAsk *ask, TimestampTz now, int64 *lease,
 	id = -(int64) (((lease_shared->seq + 1) << INDEX_BITS) | (uint64) index);
 	record->id = id;
 	record->limit = limit;
-	record->slots = ask->slots;
-	record->session = ask->session;
+	record->slots = request->slots;
+	record->session = request->hold == HOLD_SESSION;
 	record->releaser = 0;
 	record->pid = MyProcPid;
 	record->started = MyStartTimestamp;
-	record->holder = ask->holder;
+	record->holder = request->holder;
 	record->since = now;
-	record->expires = ask->ttl_usecs > 0 ?
-		timestamp_saturate((double) now + ask->ttl_usecs) : DT_NOEND;
+	record->expires = request->ttl_usecs > 0 ?
+		timestamp_saturate((double) now + request->ttl_usecs) : DT_NOEND;
 	record->prev = -1;
 	record->next = limit->first;
 	if (limit->first >= 0)
 		lease_shared->leases[limit->first].prev = index;
 	limit->first = index;
-	limit->held += ask->slots;
+	limit->held += request->slots;
 	LWLockRelease(lease_shared->lock);
 	wake_all(&wake);
 
 	local->id = id;
-	*lease = id;
-	return MEMORY_LEASE_GRANTED;
+	request->lease = id;
+	return LEASE_GRANTED;
 }
 
 /*
- * Release memory lease "id" of installation "relid" for role "caller"
- * ("owner": who may release any): freed when the transaction commits.
- * *limit is its limit's name, *slots its slots and *template_len its
- * template's name's length, when it is held.
+ * release(): memory lease "id" of installation "relid" freed for role
+ * "caller" ("owner": who may release any) when the transaction commits,
+ * with no statement run.  *released says what, when it is held.
  */
-MemoryLeaseReleased
-lease_memory_release(Oid relid, int64 id, Oid caller, bool owner, TimestampTz now,
-					 char **limit, int32 *slots, int *template_len)
+static LeaseReleased
+memory_release(Oid relid, int64 id, Oid caller, bool owner, TimestampTz now,
+			   ReleasedLease *released)
 {
 	int			index = index_of(id);
 	MemoryLease *record;
@@ -808,7 +835,7 @@ lease_memory_release(Oid relid, int64 id, Oid caller, bool owner, TimestampTz no
 	LocalLease *local;
 
 	if (index < 0)
-		return MEMORY_RELEASE_NONE;
+		return LEASE_NOT_HELD;
 	record = &lease_shared->leases[index];
 	LWLockAcquire(lease_shared->lock, LW_SHARED);
 	if (record->id == id && record->releaser == 0 && lease_held(record, now) &&
@@ -817,15 +844,16 @@ lease_memory_release(Oid relid, int64 id, Oid caller, bool owner, TimestampTz no
 	{
 		held = true;
 		holder = record->holder;
-		*slots = record->slots;
-		*template_len = record->limit->template_len;
-		*limit = pnstrdup(record->limit->key.name, record->limit->key.len);
+		released->slots = record->slots;
+		released->template_len = record->limit->template_len;
+		released->name = cstring_to_text_with_len(record->limit->key.name,
+												  record->limit->key.len);
 	}
 	LWLockRelease(lease_shared->lock);
 	if (!held)
-		return MEMORY_RELEASE_NONE;
+		return LEASE_NOT_HELD;
 	if (!owner && holder != caller && !has_privs_of_role(caller, holder))
-		return MEMORY_RELEASE_DENIED;
+		return LEASE_NOT_YOURS;
 
 	leased_here = true;
 	local = local_add(false, true);
@@ -837,10 +865,10 @@ lease_memory_release(Oid relid, int64 id, Oid caller, bool owner, TimestampTz no
 	if (!held)
 	{
 		xact_leases = list_delete_last(xact_leases);
-		return MEMORY_RELEASE_NONE;
+		return LEASE_NOT_HELD;
 	}
 	local->id = id;
-	return MEMORY_RELEASE_FREED;
+	return LEASE_FREED;
 }
 
 /*
@@ -849,8 +877,8 @@ lease_memory_release(Oid relid, int64 id, Oid caller, bool owner, TimestampTz no
  * of the names template "name" made, or (NULL) of every limit.  Their
  * holders' tb_release() then frees nothing.
  */
-void
-lease_memory_forget(Oid dbid, Oid relid, text *name)
+static void
+forget_later(Oid dbid, Oid relid, text *name)
 {
 	MemoryContext old;
 	Forget	   *forget;
@@ -879,68 +907,21 @@ typedef struct ListedLease
 	MemoryLease lease;
 } ListedLease;
 
-PG_FUNCTION_INFO_V1(tb_limits_changed);
-
 /*
- * tb_limits_changed(): the statement trigger of tb_limits.  A change of
- * limits makes every backend read their configuration again once the
- * transaction commits (and this one read it from the table until then).
- * An UPDATE that sets "memory" is refused: a limit's kind is chosen when
- * it is made (leases held would stay in the other store, and the new one
- * start empty beside them), as a bucket's is.
+ * list(): every memory lease of installation "relid" held now (name,
+ * lease, slots, hold, holder, pid, since, expires), copied under the
+ * lock.  None without the library preloaded.
  */
-Datum
-tb_limits_changed(PG_FUNCTION_ARGS)
+static void
+memory_list(Oid relid, Tuplestorestate *store, TupleDesc desc)
 {
-	Installation inst = installation_of(fcinfo);
-	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-	int			memory;
-
-	/* only ever the extension's own AFTER trigger on its own table */
-	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
-		!TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event) ||
-		RelationGetRelid(trigdata->tg_relation) != installation_limits(&inst))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("tb_limits_changed() is only the trigger of tokenbucket's table tb_limits"),
-				 errdetail("It tells every session that limits changed, and fires for nothing else.")));
-	memory = SPI_fnumber(RelationGetDescr(trigdata->tg_relation), "memory");
-	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) && memory > 0 &&
-		bms_is_member(memory - FirstLowInvalidHeapAttributeNumber, trigdata->tg_updatedcols))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("cannot change the kind of a limit"),
-				 errdetail("Whether a limit keeps its leases in memory is chosen when it is made."),
-				 errhint("Drop the limit with tb_drop() and make it again with tb_create_limit().")));
-	if (lease_shared != NULL)
-		config_changed_here = true;
-	return PointerGetDatum(NULL);
-}
-
-PG_FUNCTION_INFO_V1(tb_memory_leases);
-
-/*
- * tb_memory_leases(): every memory lease of this installation held now
- * (name, lease, slots, hold, holder, pid, since, expires), copied under
- * the lock.  Empty without the library preloaded.
- */
-Datum
-tb_memory_leases(PG_FUNCTION_ARGS)
-{
-	Installation inst = installation_of(fcinfo);
-	static const char *const views[] = {"tb_leases", "tb_status", "tb_stats", NULL};
-	TupleDesc	desc;
-	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
-	Oid			relid;
 	TimestampTz now = GetCurrentTimestamp();
 	ListedLease *rows;
 	int			n = 0;
 	int			maxrows = 0;
 
-	check_may_read(&inst, "tb_memory_leases()", views);
 	if (lease_shared == NULL)
-		return (Datum) 0;
-	relid = installation_table(&inst);
+		return;
 	/* room first, for the leases held now: nothing may fail under the lock */
 	LWLockAcquire(lease_shared->lock, LW_SHARED);
 	for (int i = 0; i < max_memory_leases; i++)
@@ -981,12 +962,11 @@ tb_memory_leases(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(store, desc, values, nulls);
 	}
 	pfree(rows);
-	return (Datum) 0;
 }
 
-/* Library load: the setting and the shared memory, when preloading. */
-void
-lease_memory_init(void)
+/* init(): the setting and the shared memory, when preloading. */
+static void
+memory_init(void)
 {
 	if (!process_shared_preload_libraries_in_progress)
 		return;
@@ -999,3 +979,44 @@ lease_memory_init(void)
 							NULL, NULL, NULL);
 	shmem_register(&lease_area);
 }
+
+/* forget(): an installation's or a database's memory leases, at commit. */
+static void
+memory_forget(Oid dbid, Oid relid)
+{
+	forget_later(dbid, relid, NULL);
+}
+
+/*
+ * drop(): the leases of memory limit "name" (a template: of the names it
+ * made), when the transaction commits; nothing of another kind's.
+ */
+static void
+memory_drop(Oid relid, text *name, bool its)
+{
+	if (its)
+		forget_later(MyDatabaseId, relid, name);
+}
+
+/* owns(): a memory lease's id is below zero. */
+static bool
+memory_owns(int64 lease)
+{
+	return lease < 0;
+}
+
+const LimitStoreRoutine memory_limit_store = {
+	.kind = "memory",
+	.spi = false,
+	.init = memory_init,
+	.forget = memory_forget,
+	.check_make = memory_check_make,
+	.configure = memory_configure,
+	.generation = memory_generation,
+	.drops = memory_drops,
+	.take = memory_take,
+	.owns = memory_owns,
+	.release = memory_release,
+	.drop = memory_drop,
+	.list = memory_list,
+};

@@ -25,6 +25,7 @@
 #include "miscadmin.h"
 #include "common.h"
 #include "lease.h"
+#include "limit_router.h"
 #include "router.h"
 #include "wait.h"
 #include "xact.h"
@@ -67,7 +68,7 @@ object_dropped(Oid classId, Oid objectId, int subId, void *arg)
 	if (!installation_dropped(OAT_DROP, classId, objectId, subId, &dbid, &relid))
 		return;
 	router_forget_installation(dbid, relid);
-	lease_forget_installation(dbid, relid);
+	limit_router_forget(dbid, relid);
 }
 
 /*
@@ -93,7 +94,7 @@ void
 _PG_init(void)
 {
 	router_init();
-	lease_init();
+	limit_router_init();
 	xact_init();
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = object_accessed;
@@ -522,7 +523,7 @@ tb_acquire_all_wait(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(granted);
 }
 
-/* lease_with() and_then of tb_lease_all: the buckets' tokens. */
+/* limit_lease() and_then of tb_lease_all: the buckets' tokens. */
 typedef struct BucketsToTake
 {
 	Installation *inst;
@@ -555,23 +556,19 @@ tb_lease_all(PG_FUNCTION_ARGS)
 	Installation inst = installation_of(fcinfo);
 	BucketsToTake buckets = {.inst = &inst};
 	LeaseRequest request;
-	int64		lease;
+	double		reserve;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(3) || PG_ARGISNULL(4))
 		PG_RETURN_NULL();
-	request.reserve = reserve_arg(fcinfo, 6);
+	reserve = reserve_arg(fcinfo, 6);
 	buckets.requests = requests_from_arrays(PG_GETARG_ARRAYTYPE_P(1),
 											PG_ARGISNULL(2) ? NULL : PG_GETARG_ARRAYTYPE_P(2),
-											request.reserve, &buckets.nrequests);
-	request.name = PG_GETARG_TEXT_PP(0);
-	request.slots = PG_GETARG_INT32(3);
-	request.hold = PG_GETARG_TEXT_PP(4);
-	request.ttl = PG_ARGISNULL(5) ? NULL : PG_GETARG_INTERVAL_P(5);
-	request.and_then = take_buckets;
-	request.and_then_arg = &buckets;
-	if (!lease_with(&inst, &request, false, 0, &lease))
+											reserve, &buckets.nrequests);
+	request = lease_request(PG_GETARG_TEXT_PP(0), PG_GETARG_INT32(3), PG_GETARG_TEXT_PP(4),
+							PG_ARGISNULL(5) ? NULL : PG_GETARG_INTERVAL_P(5), reserve);
+	if (!limit_lease(&inst, &request, false, 0, take_buckets, &buckets))
 		PG_RETURN_NULL();
-	PG_RETURN_INT64(lease);
+	PG_RETURN_INT64(request.lease);
 }
 
 /* Order requests back into the caller's order. */
@@ -796,7 +793,7 @@ tb_purge(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("idle must be a finite interval of zero or more")));
 	PG_RETURN_INT64((int64) (router_purge(&inst, timestamp_after(now, -usecs), now) +
-							 lease_purge(&inst, timestamp_after(now, -usecs), now)));
+							 limit_purge(&inst, timestamp_after(now, -usecs), now)));
 }
 
 PG_FUNCTION_INFO_V1(tb_create);
@@ -909,7 +906,7 @@ tb_drop(PG_FUNCTION_ARGS)
 {
 	Installation inst = installation_of(fcinfo);
 	bool		bucket = router_drop(&inst, PG_GETARG_TEXT_PP(0));
-	bool		limit = lease_drop_limit(&inst, PG_GETARG_TEXT_PP(0));
+	bool		limit = limit_drop(&inst, PG_GETARG_TEXT_PP(0));
 
 	PG_RETURN_BOOL(bucket || limit);
 }

@@ -26,7 +26,7 @@
  *	2. memory limits (lease_memory.c): releases freed, transaction leases
  *	   ended and dropped limits forgotten (commit); leases taken freed and
  *	   releases undone (abort).  What it frees is counted at once.
- *	3. limits' queues (lease.c): which to wake, once the transaction's
+ *	3. limits' queues (limit_wake.c): which to wake, once the transaction's
  *	   locks are gone (the resource-release callback), or at exit.
  *	4. the counters (stats.c): last, so that everything above has counted
  *	   what it counts before the transaction's counts are flushed.
@@ -67,9 +67,9 @@
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "lease.h"
 #include "lease_memory.h"
 #include "lib/stringinfo.h"
+#include "limit_wake.h"
 #include "memory_xact.h"
 #include "miscadmin.h"
 #include "stats.h"
@@ -120,7 +120,7 @@ static void
 exit_callback(int code, Datum arg)
 {
 	lease_memory_exit();
-	lease_exit();
+	limit_wake_exit();
 }
 
 /* Register exit_callback, once per backend (never while exiting). */
@@ -160,7 +160,7 @@ xact_callback(XactEvent event, void *arg)
 	}
 	memory_xact_end(commit);
 	lease_memory_xact_end(commit);
-	lease_xact_end(commit);
+	limit_wake_xact_end(commit);
 	stats_xact_end(commit);
 }
 
@@ -175,7 +175,7 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		return;
 	memory_subxact_end(commit);
 	lease_memory_subxact_end(mySubid, parentSubid, commit);
-	lease_subxact_end(mySubid, parentSubid, commit);
+	limit_wake_subxact_end(mySubid, parentSubid, commit);
 	stats_subxact_end(commit);
 }
 
@@ -185,7 +185,7 @@ release_callback(ResourceReleasePhase phase, bool isCommit, bool isTopLevel,
 				 void *arg)
 {
 	if (phase == RESOURCE_RELEASE_AFTER_LOCKS && isTopLevel)
-		lease_locks_released();
+		limit_wake_locks_released();
 }
 
 /* Library load: the callbacks, once (the exit callback: see the header). */
