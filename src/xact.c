@@ -67,7 +67,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "lease_memory.h"
+#include "lease_memory_xact.h"
 #include "lib/stringinfo.h"
 #include "limit_wake.h"
 #include "memory_xact.h"
