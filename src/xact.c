@@ -23,9 +23,9 @@
  *	   transaction gave back reaches the entries; at abort, what it took is
  *	   given back.  First: the counters (4) of a key made in this
  *	   transaction go into its entry, which must be committed by then.
- *	2. memory limits (lease_memory.c): releases freed, transaction leases
- *	   ended and dropped limits forgotten (commit); leases taken freed and
- *	   releases undone (abort).  What it frees is counted at once.
+ *	2. memory limits (lease_memory_xact.c): releases freed, transaction
+ *	   leases ended and dropped limits forgotten (commit); leases taken
+ *	   freed and releases undone (abort).  What it frees is counted at once.
  *	3. limits' queues (limit_wake.c): which to wake, once the transaction's
  *	   locks are gone (the resource-release callback), or at exit.
  *	4. the counters (stats.c): last, so that everything above has counted
