@@ -5,13 +5,13 @@
  *	  may hold: per template, per session and all together.
  *
  * The server keeps at most tokenbucket.max_memory_leases (N) memory
- * leases, one record each, whatever their database (lease_memory.c).  A
- * memory limit template makes a limit of every name after its prefix, so
- * a caller may make up as many names as it likes: one session leasing
- * 'user:' || n for n = 1, 2, ... would hold every record, and every other
- * memory limit would be refused until it ended.  So leases of names made
- * from templates are bounded, as memory buckets' keys are
- * (memory_entries.c):
+ * leases, one record each, whatever their database
+ * (lease_memory_records.c).  A memory limit template makes a limit of
+ * every name after its prefix, so a caller may make up as many names as
+ * it likes: one session leasing 'user:' || n for n = 1, 2, ... would hold
+ * every record, and every other memory limit would be refused until it
+ * ended.  So leases of names made from templates are bounded, as memory
+ * buckets' keys are (memory_entries.c):
  *	- all templates' names together hold at most N less its last tenth,
  *	  which is kept for named limits (whose leases only their
  *	  max_in_flight bounds, as the DBA set it);

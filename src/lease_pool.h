@@ -26,7 +26,7 @@ typedef enum PoolShare
 extern Size lease_pool_size(int max_leases);
 extern void lease_pool_attach(int max_leases);
 
-/* under the leases' lock (lease_memory.c) */
+/* under the leases' lock (lease_memory.c, lease_memory_records.c) */
 extern PoolShare lease_pool_take(const SharedKey *key, int template_len);
 extern void lease_pool_freed(const SharedKey *key, int template_len, int pid,
 							 TimestampTz started);

@@ -65,12 +65,19 @@ store_of_lease(int64 lease)
 	pg_unreachable();
 }
 
-/* Initialize every store at library load. */
+/*
+ * Initialize every store at library load; each must have what is not
+ * optional in limit_store.h.
+ */
 void
 limit_router_init(void)
 {
 	for (int i = 0; i < NUM_STORES; i++)
+	{
+		Assert(stores[i]->take != NULL && stores[i]->owns != NULL &&
+			   stores[i]->release != NULL && stores[i]->drop != NULL);
 		limit_store_init(stores[i]);
+	}
 }
 
 /*
