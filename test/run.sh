@@ -45,6 +45,8 @@
 #   move          proxy/test/move.sh: four partitions on one server moved,
 #                 three of them, to two others under load: fenced calls
 #                 fail with class 08, no window overdrawn, each bucket once
+#   python        clients/python/test.sh: the Python client's pytest suite,
+#                 against the stand-in provider where it needs one
 #   examples/X    test/examples.sh X: examples/X in a short mode, with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
 #
@@ -61,13 +63,17 @@ source "$(dirname "$0")/../scripts/common.sh"
 
 EXAMPLE_PACKAGES=(python3-aiohttp python3-asyncpg python3-psycopg2 python3-celery
 	rabbitmq-server libdbd-pg-perl default-jdk-headless libpostgresql-jdbc-java)
+# the Python client's suite (clients/python), and the examples built on it
+PYTHON_PACKAGES=(python3-aiohttp python3-asyncpg python3-psycopg2 python3-celery
+	python3-psycopg python3-psycopg-pool python3-httpx python3-starlette python3-flask
+	python3-pytest python3-pytest-asyncio)
 command -v npm >/dev/null || EXAMPLE_PACKAGES+=(nodejs npm)
 case " ${TB_SKIP:-} " in *" examples "*) EXAMPLE_PACKAGES=() ;; esac
 # every package any suite needs, in one apt-get before anything runs: the
 # suites run side by side and must not wait for dpkg's lock (nor fail on it)
 tb_install_packages "postgresql-$PGVERSION-pgtap" libtap-parser-sourcehandler-pgtap-perl \
 	libipc-run-perl valgrind prometheus-postgres-exporter curl "postgresql-$PGVERSION-plproxy" \
-	"${EXAMPLE_PACKAGES[@]}"
+	"${EXAMPLE_PACKAGES[@]}" "${PYTHON_PACKAGES[@]}"
 tb_build_install
 # the examples' own run.sh builds and installs nothing more
 export TB_INSTALLED=1
@@ -173,6 +179,7 @@ SUITES=(
 	"examples/clients suite_own test/examples clients"
 	"proxy suite_own proxy/test/proxy"
 	"examples/asyncio suite_own test/examples asyncio"
+	"python suite_shell clients/python/test"
 	"pg_regress suite_pg_regress"
 	"examples/gateway suite_own test/examples gateway"
 	"hung suite_own proxy/test/hung"

@@ -63,6 +63,17 @@ class _Tap:
             self.n += 1
             self._write(f"not ok {self.n} - {report.nodeid} (teardown)")
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(self, report: pytest.TestReport):
+        # no progress letters: the TAP lines stand alone
+        if report.when == "call":
+            return report.outcome, "", report.outcome.upper()
+        if report.failed:
+            return "error", "", "ERROR"
+        if report.skipped:
+            return "skipped", "", "SKIPPED"
+        return None
+
     def pytest_terminal_summary(self) -> None:
         self._write(f"1..{self.n}")
 
