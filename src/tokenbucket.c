@@ -25,6 +25,7 @@
 #include "miscadmin.h"
 #include "common.h"
 #include "lease.h"
+#include "routed.h"
 #include "router.h"
 #include "wait.h"
 #include "utils/acl.h"
@@ -93,6 +94,7 @@ _PG_init(void)
 {
 	router_init();
 	lease_init();
+	routed_init();
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = object_accessed;
 	/* every setting is defined: any other tokenbucket.* is a typo */
