@@ -1235,12 +1235,13 @@ PG_FUNCTION_INFO_V1(tb_lease);
 Datum
 tb_lease(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_lease", ARG_MAY_BE_NULL(3) | ARG_MAY_BE_NULL(4),
+	{"name", "slots", "hold", "ttl", "reserve"}};
 	int64		id;
 
 	LeaseRequest request;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
-		PG_RETURN_NULL();
+	check_not_null(fcinfo, &args);
 	request = request_from_args(fcinfo);
 	request.reserve = reserve_arg(fcinfo, 4);
 	if (!lease_with(fcinfo, &request, false, 0, &id))
@@ -1259,12 +1260,14 @@ PG_FUNCTION_INFO_V1(tb_lease_wait);
 Datum
 tb_lease_wait(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_lease_wait",
+		ARG_MAY_BE_NULL(3) | ARG_MAY_BE_NULL(4) | ARG_MAY_BE_NULL(5),
+	{"name", "slots", "hold", "ttl", "timeout", "reserve"}};
 	TimestampTz deadline;
 	LeaseRequest request;
 	int64		id;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
-		PG_RETURN_NULL();
+	check_not_null(fcinfo, &args);
 	deadline = deadline_after(PG_ARGISNULL(4) ? NULL : PG_GETARG_INTERVAL_P(4),
 							  GetCurrentTimestamp());
 	request = request_from_args(fcinfo);
@@ -1337,6 +1340,7 @@ PG_FUNCTION_INFO_V1(tb_release);
 Datum
 tb_release(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec spec = {"tb_release", 0, {"lease"}};
 	int64		id = PG_GETARG_INT64(0);
 	bool		freed = false;
 	Datum		args[5];
@@ -1344,6 +1348,7 @@ tb_release(PG_FUNCTION_ARGS)
 	Oid			relid;
 	bool		isnull;
 
+	check_not_null(fcinfo, &spec);
 	if (LEASE_IS_MEMORY(id))
 		PG_RETURN_BOOL(release_memory(fcinfo, id));
 	session = spi_begin(fcinfo, true);
@@ -1379,24 +1384,20 @@ static KeptPlan create_limit_plan = {
 	.nargs = 3, .argtypes = {TEXTOID, INT4OID, BOOLOID}
 };
 
-PG_FUNCTION_INFO_V1(tb_create_limit);
-
 /*
- * tb_create_limit(name, max_in_flight, memory): a limit of at most
- * max_in_flight slots held at once; a name ending in * is a template.
- * With memory, its leases are kept in shared memory (1.6 declared it
- * without "memory").
+ * The limit of tb_create_limit's or tb_ensure_limit's arguments (name,
+ * max_in_flight, memory), made in the SPI session begun; false when the
+ * name is taken.  1.6 declared tb_create_limit without "memory".
  */
-Datum
-tb_create_limit(PG_FUNCTION_ARGS)
+static bool
+create_limit(FunctionCallInfo fcinfo)
 {
 	text	   *name = PG_GETARG_TEXT_PP(0);
 	int32		max_in_flight = PG_GETARG_INT32(1);
 	bool		memory = PG_NARGS() > 2 && PG_GETARG_BOOL(2);
 	Datum		args[3] = {PointerGetDatum(name), Int32GetDatum(max_in_flight),
 	BoolGetDatum(memory)};
-	SpiSession	session;
-	Oid			relid;
+	Oid			relid = installation_table(fcinfo);
 
 	check_limit_name(name);
 	check_max_in_flight(max_in_flight);
@@ -1410,16 +1411,35 @@ tb_create_limit(PG_FUNCTION_ARGS)
 							lease_memory_name_max(), VARSIZE_ANY_EXHDR(name)),
 					 errdetail("A memory limit's name is kept in shared memory, in a fixed space.")));
 	}
-	session = spi_begin(fcinfo, true);
-	relid = installation_table(fcinfo);
 	if (plan_run(&create_limit_plan, relid, args, NULL) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNIQUE_VIOLATION),
-				 errmsg("limit \"%s\" already exists", text_to_cstring(name)),
-				 errhint("Change it with tb_alter_limit(), or remove it with tb_drop().")));
+		return false;
 	/* a named table limit's slots now, so that the first lease need not make them */
 	if (!is_template_name(name) && !memory)
 		add_slots(relid, name, max_in_flight);
+	return true;
+}
+
+PG_FUNCTION_INFO_V1(tb_create_limit);
+
+/*
+ * tb_create_limit(name, max_in_flight, memory): a limit of at most
+ * max_in_flight slots held at once; a name ending in * is a template.
+ * With memory, its leases are kept in shared memory (1.6 declared it
+ * without "memory").
+ */
+Datum
+tb_create_limit(PG_FUNCTION_ARGS)
+{
+	static const ArgsSpec spec = {"tb_create_limit", 0, {"name", "max_in_flight", "memory"}};
+	SpiSession	session;
+
+	check_not_null(fcinfo, &spec);
+	session = spi_begin(fcinfo, true);
+	if (!create_limit(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNIQUE_VIOLATION),
+				 errmsg("limit \"%s\" already exists", text_to_cstring(PG_GETARG_TEXT_PP(0))),
+				 errhint("Change it with tb_alter_limit(), or remove it with tb_drop().")));
 	spi_end(&session);
 	PG_RETURN_VOID();
 }
@@ -1441,11 +1461,16 @@ PG_FUNCTION_INFO_V1(tb_alter_limit);
 Datum
 tb_alter_limit(PG_FUNCTION_ARGS)
 {
-	text	   *name = PG_GETARG_TEXT_PP(0);
+	static const ArgsSpec spec = {"tb_alter_limit", 0, {"name", "max_in_flight"}};
+	text	   *name;
 	int32		max_in_flight = PG_GETARG_INT32(1);
-	Datum		args[2] = {PointerGetDatum(name), Int32GetDatum(max_in_flight)};
+	Datum		args[2];
 	SpiSession	session;
 
+	check_not_null(fcinfo, &spec);
+	name = PG_GETARG_TEXT_PP(0);
+	args[0] = PointerGetDatum(name);
+	args[1] = Int32GetDatum(max_in_flight);
 	check_limit_name(name);
 	check_max_in_flight(max_in_flight);
 	session = spi_begin(fcinfo, true);
@@ -1454,6 +1479,74 @@ tb_alter_limit(PG_FUNCTION_ARGS)
 	spi_end(&session);
 	wake_later(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
 	PG_RETURN_VOID();
+}
+
+/* A limit's settings, as committed (or as this transaction wrote them). */
+static KeptPlan limit_settings_plan = {
+	.sql = "SELECT max_in_flight, memory FROM %1$s.tb_limits WHERE name OPERATOR(pg_catalog.=) $1",
+	.nargs = 1, .argtypes = {TEXTOID}
+};
+
+PG_FUNCTION_INFO_V1(tb_ensure_limit);
+
+/*
+ * tb_ensure_limit(name, max_in_flight, memory): tb_create_limit's limit,
+ * made when missing ('created'), given this max_in_flight when it has
+ * another ('changed': as tb_alter_limit, leases held are kept), or left
+ * as it is ('unchanged').  A limit of the other kind is refused: where
+ * its leases live is chosen when it is made.  A second session ensuring
+ * a limit another has just made waits for that transaction, then finds
+ * it (or, after a rollback, makes it).
+ */
+Datum
+tb_ensure_limit(PG_FUNCTION_ARGS)
+{
+	static const ArgsSpec spec = {"tb_ensure_limit", 0, {"name", "max_in_flight", "memory"}};
+	const char *did = "created";
+	SpiSession	session;
+
+	check_not_null(fcinfo, &spec);
+	session = spi_begin(fcinfo, true);
+	for (int attempt = 0; !create_limit(fcinfo); attempt++)
+	{
+		text	   *name = PG_GETARG_TEXT_PP(0);
+		int32		max_in_flight = PG_GETARG_INT32(1);
+		Datum		args[2] = {PointerGetDatum(name), Int32GetDatum(max_in_flight)};
+		bool		isnull;
+		int32		old_max;
+		bool		old_memory;
+
+		/* taken, and then dropped before it could be read: make it again */
+		if (plan_run_latest(&limit_settings_plan, installation_table(fcinfo), args, NULL) == 0)
+		{
+			if (attempt == 2)
+				report_no_limit(name);
+			continue;
+		}
+		old_max = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		old_memory = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+		SPI_freetuptable(SPI_tuptable);
+		SPI_tuptable = NULL;
+		if (old_memory != PG_GETARG_BOOL(2))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("limit \"%s\" keeps its leases in %s, not in %s", text_to_cstring(name),
+							old_memory ? "shared memory" : "the table",
+							old_memory ? "the table" : "shared memory"),
+					 errdetail("Where a limit's leases live is chosen when it is made; tb_ensure_limit changes its max_in_flight in place, not its kind."),
+					 errhint("Drop it with tb_drop() and ensure it again, or ensure it with memory => %s.",
+							 old_memory ? "true" : "false")));
+		did = "unchanged";
+		if (old_max != max_in_flight)
+		{
+			did = "changed";
+			(void) plan_run(&alter_limit_plan, installation_table(fcinfo), args, NULL);
+			wake_later(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+		}
+		break;
+	}
+	spi_end(&session);
+	PG_RETURN_TEXT_P(cstring_to_text(did));
 }
 
 /*

@@ -42,6 +42,17 @@ extern void router_alter(FunctionCallInfo fcinfo, text *name, double capacity,
 						 double refill_rate);
 extern bool router_create(FunctionCallInfo fcinfo, text *name, double capacity,
 						  double refill_rate, bool memory);
+
+/* What router_ensure() did. */
+typedef enum EnsureResult
+{
+	ENSURE_CREATED,
+	ENSURE_CHANGED,
+	ENSURE_UNCHANGED
+} EnsureResult;
+
+extern EnsureResult router_ensure(FunctionCallInfo fcinfo, text *name, double capacity,
+								  double refill_rate, bool memory);
 extern bool router_drop(FunctionCallInfo fcinfo, text *name);
 extern uint64 router_purge(FunctionCallInfo fcinfo, TimestampTz idle_since,
 						   TimestampTz now);

@@ -25,6 +25,7 @@
 #include "miscadmin.h"
 #include "common.h"
 #include "lease.h"
+#include "routed.h"
 #include "router.h"
 #include "wait.h"
 #include "xact.h"
@@ -95,6 +96,7 @@ _PG_init(void)
 	router_init();
 	lease_init();
 	xact_init();
+	routed_init();
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = object_accessed;
 	/* every setting is defined: any other tokenbucket.* is a typo */
@@ -408,9 +410,12 @@ PG_FUNCTION_INFO_V1(tb_acquire);
 Datum
 tb_acquire(PG_FUNCTION_ARGS)
 {
-	Request		request = request_from(fcinfo, PG_GETARG_TEXT_PP(0),
-									   PG_NARGS() > 1 ? PG_GETARG_FLOAT8(1) : 1.0, 2);
+	static const ArgsSpec args = {"tb_acquire", ARG_MAY_BE_NULL(2), {"name", "cost", "reserve"}};
+	Request		request;
 
+	check_not_null(fcinfo, &args);
+	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0),
+						   PG_NARGS() > 1 ? PG_GETARG_FLOAT8(1) : 1.0, 2);
 	PG_RETURN_BOOL(router_take(fcinfo, &request, 1, GetCurrentTimestamp()));
 }
 
@@ -424,10 +429,15 @@ PG_FUNCTION_INFO_V1(tb_try);
 Datum
 tb_try(PG_FUNCTION_ARGS)
 {
-	Request		request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
-	TimestampTz now = GetCurrentTimestamp();
-	bool		granted = router_take(fcinfo, &request, 1, now);
+	static const ArgsSpec args = {"tb_try", ARG_MAY_BE_NULL(2), {"name", "cost", "reserve"}};
+	Request		request;
+	TimestampTz now;
+	bool		granted;
 
+	check_not_null(fcinfo, &args);
+	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
+	now = GetCurrentTimestamp();
+	granted = router_take(fcinfo, &request, 1, now);
 	PG_RETURN_DATUM(report_datum(fcinfo, &request, granted, now));
 }
 
@@ -443,10 +453,14 @@ PG_FUNCTION_INFO_V1(tb_peek);
 Datum
 tb_peek(PG_FUNCTION_ARGS)
 {
-	Request		request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
-	TimestampTz now = GetCurrentTimestamp();
+	static const ArgsSpec args = {"tb_peek", ARG_MAY_BE_NULL(2), {"name", "cost", "reserve"}};
+	Request		request;
+	TimestampTz now;
 	bool		granted;
 
+	check_not_null(fcinfo, &args);
+	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
+	now = GetCurrentTimestamp();
 	router_peek(fcinfo, &request, now);
 	granted = bucket_take(&request.bucket, request.cost, request.reserve, now);
 	PG_RETURN_DATUM(report_datum(fcinfo, &request, granted, now));
@@ -461,13 +475,14 @@ PG_FUNCTION_INFO_V1(tb_acquire_wait);
 Datum
 tb_acquire_wait(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_acquire_wait", ARG_MAY_BE_NULL(2),
+	{"name", "cost", "timeout"}};
 	Request		request;
 	TimestampTz deadline;
 	int64		waited_usecs;
 	bool		granted;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		PG_RETURN_NULL();
+	check_not_null(fcinfo, &args);
 	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), -1);
 	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 							  GetCurrentTimestamp());
@@ -485,11 +500,12 @@ PG_FUNCTION_INFO_V1(tb_acquire_all);
 Datum
 tb_acquire_all(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_acquire_all", ARG_MAY_BE_NULL(1) | ARG_MAY_BE_NULL(2),
+	{"names", "costs", "reserve"}};
 	Request    *requests;
 	int			n;
 
-	if (PG_ARGISNULL(0))
-		PG_RETURN_NULL();
+	check_not_null(fcinfo, &args);
 	requests = requests_from_args(fcinfo, 2, &n);
 	PG_RETURN_BOOL(router_take(fcinfo, requests, n, GetCurrentTimestamp()));
 }
@@ -500,14 +516,15 @@ PG_FUNCTION_INFO_V1(tb_acquire_all_wait);
 Datum
 tb_acquire_all_wait(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_acquire_all_wait", ARG_MAY_BE_NULL(1) | ARG_MAY_BE_NULL(2),
+	{"names", "costs", "timeout"}};
 	Request    *requests;
 	int			n;
 	TimestampTz deadline;
 	int64		waited_usecs;
 	bool		granted;
 
-	if (PG_ARGISNULL(0))
-		PG_RETURN_NULL();
+	check_not_null(fcinfo, &args);
 	requests = requests_from_args(fcinfo, -1, &n);
 	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 							  GetCurrentTimestamp());
@@ -546,12 +563,14 @@ PG_FUNCTION_INFO_V1(tb_lease_all);
 Datum
 tb_lease_all(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_lease_all",
+		ARG_MAY_BE_NULL(2) | ARG_MAY_BE_NULL(5) | ARG_MAY_BE_NULL(6),
+	{"name", "buckets", "costs", "slots", "hold", "ttl", "reserve"}};
 	BucketsToTake buckets = {.fcinfo = fcinfo};
 	LeaseRequest request;
 	int64		lease;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(3) || PG_ARGISNULL(4))
-		PG_RETURN_NULL();
+	check_not_null(fcinfo, &args);
 	request.reserve = reserve_arg(fcinfo, 6);
 	buckets.requests = requests_from_arrays(PG_GETARG_ARRAYTYPE_P(1),
 											PG_ARGISNULL(2) ? NULL : PG_GETARG_ARRAYTYPE_P(2),
@@ -585,21 +604,20 @@ PG_FUNCTION_INFO_V1(tb_try_all);
 Datum
 tb_try_all(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_try_all", ARG_MAY_BE_NULL(1) | ARG_MAY_BE_NULL(2),
+	{"names", "costs", "reserve"}};
 	TupleDesc	desc;
-	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
-	Request    *requests = NULL;
+	Tuplestorestate *store;
+	Request    *requests;
 	int			n;
-	bool		granted = false;
+	bool		granted;
 	TimestampTz now = GetCurrentTimestamp();
 
-	/* NULL names: no rows */
-	n = 0;
-	if (!PG_ARGISNULL(0))
-	{
-		requests = requests_from_args(fcinfo, 2, &n);
-		granted = router_take(fcinfo, requests, n, now);
-		qsort(requests, n, sizeof(Request), request_position_cmp);
-	}
+	check_not_null(fcinfo, &args);
+	store = materialize_begin(fcinfo, &desc);
+	requests = requests_from_args(fcinfo, 2, &n);
+	granted = router_take(fcinfo, requests, n, now);
+	qsort(requests, n, sizeof(Request), request_position_cmp);
 
 	for (int i = 0; i < n; i++)
 	{
@@ -666,10 +684,12 @@ PG_FUNCTION_INFO_V1(tb_refund);
 Datum
 tb_refund(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_refund", 0, {"name", "tokens"}};
 	double		tokens = PG_GETARG_FLOAT8(1);
 
 	StatsCounters delta = {.refunded_tokens = tokens};
 
+	check_not_null(fcinfo, &args);
 	check_number("tokens", tokens, false);
 	PG_RETURN_FLOAT8(update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_adjust,
 								   &tokens, &delta));
@@ -684,12 +704,14 @@ PG_FUNCTION_INFO_V1(tb_settle);
 Datum
 tb_settle(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_settle", 0, {"name", "reserved", "used"}};
 	double		reserved = PG_GETARG_FLOAT8(1);
 	double		used = PG_GETARG_FLOAT8(2);
 	double		tokens;
 
 	StatsCounters delta = {0};
 
+	check_not_null(fcinfo, &args);
 	check_number("reserved", reserved, false);
 	check_number("used", used, false);
 	tokens = reserved - used;
@@ -708,8 +730,10 @@ PG_FUNCTION_INFO_V1(tb_sync);
 Datum
 tb_sync(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_sync", 0, {"name", "remaining"}};
 	double		remaining = PG_GETARG_FLOAT8(1);
 
+	check_not_null(fcinfo, &args);
 	check_number("remaining", remaining, false);
 	PG_RETURN_FLOAT8(update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_lower,
 								   &remaining, NULL));
@@ -741,6 +765,9 @@ PG_FUNCTION_INFO_V1(tb_pause_until);
 Datum
 tb_pause_until(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_pause_until", 0, {"name", "until"}};
+
+	check_not_null(fcinfo, &args);
 	pause_until(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_TIMESTAMPTZ(1));
 	PG_RETURN_VOID();
 }
@@ -751,8 +778,10 @@ PG_FUNCTION_INFO_V1(tb_pause_for);
 Datum
 tb_pause_for(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_pause", 0, {"name", "duration"}};
 	double		usecs;
 
+	check_not_null(fcinfo, &args);
 	if (!interval_usecs(PG_GETARG_INTERVAL_P(1), &usecs))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -774,15 +803,33 @@ PG_FUNCTION_INFO_V1(tb_purge);
 Datum
 tb_purge(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_purge", 0, {"idle"}};
 	TimestampTz now = GetCurrentTimestamp();
 	double		usecs;
 
+	check_not_null(fcinfo, &args);
 	if (!interval_usecs(PG_GETARG_INTERVAL_P(0), &usecs) || usecs < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("idle must be a finite interval of zero or more")));
 	PG_RETURN_INT64((int64) (router_purge(fcinfo, timestamp_after(now, -usecs), now) +
 							 lease_purge(fcinfo, timestamp_after(now, -usecs), now)));
+}
+
+/*
+ * The name, capacity and refill rate of tb_create's and tb_ensure's
+ * arguments (name, capacity, refill, per), checked.
+ */
+static text *
+settings_from_args(FunctionCallInfo fcinfo, double *capacity, double *rate)
+{
+	text	   *name = PG_GETARG_TEXT_PP(0);
+
+	*capacity = PG_GETARG_FLOAT8(1);
+	check_name(name, ERRCODE_INVALID_PARAMETER_VALUE);
+	check_number("capacity", *capacity, true);
+	*rate = refill_rate_from(PG_GETARG_FLOAT8(2), PG_GETARG_INTERVAL_P(3));
+	return name;
 }
 
 PG_FUNCTION_INFO_V1(tb_create);
@@ -794,14 +841,13 @@ PG_FUNCTION_INFO_V1(tb_create);
 Datum
 tb_create(PG_FUNCTION_ARGS)
 {
-	text	   *name = PG_GETARG_TEXT_PP(0);
-	double		capacity = PG_GETARG_FLOAT8(1);
+	static const ArgsSpec args = {"tb_create", 0, {"name", "capacity", "refill", "per", "memory"}};
+	text	   *name;
+	double		capacity;
 	double		rate;
 
-	check_name(name, ERRCODE_INVALID_PARAMETER_VALUE);
-	check_number("capacity", capacity, true);
-	rate = refill_rate_from(PG_GETARG_FLOAT8(2), PG_GETARG_INTERVAL_P(3));
-
+	check_not_null(fcinfo, &args);
+	name = settings_from_args(fcinfo, &capacity, &rate);
 	if (!router_create(fcinfo, name, capacity, rate,
 					   PG_NARGS() > 4 && PG_GETARG_BOOL(4)))
 		ereport(ERROR,
@@ -809,6 +855,33 @@ tb_create(PG_FUNCTION_ARGS)
 				 errmsg("token bucket \"%s\" already exists", text_to_cstring(name)),
 				 errhint("Change its settings with tb_alter(), or remove it with tb_drop().")));
 	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(tb_ensure);
+
+/*
+ * tb_ensure(name, capacity, refill, per, memory): tb_create's bucket, made
+ * when missing ('created'), given these settings when it has others
+ * ('changed', keeping its tokens as tb_alter does), or left as it is
+ * ('unchanged'): a set-up that a deploy can run again.
+ */
+Datum
+tb_ensure(PG_FUNCTION_ARGS)
+{
+	static const ArgsSpec args = {"tb_ensure", 0, {"name", "capacity", "refill", "per", "memory"}};
+	static const char *const did[] = {
+		[ENSURE_CREATED] = "created",
+		[ENSURE_CHANGED] = "changed",
+		[ENSURE_UNCHANGED] = "unchanged"
+	};
+	text	   *name;
+	double		capacity;
+	double		rate;
+
+	check_not_null(fcinfo, &args);
+	name = settings_from_args(fcinfo, &capacity, &rate);
+	PG_RETURN_TEXT_P(cstring_to_text(did[router_ensure(fcinfo, name, capacity, rate,
+													   PG_GETARG_BOOL(4))]));
 }
 
 PG_FUNCTION_INFO_V1(tb_alter);
@@ -821,12 +894,14 @@ PG_FUNCTION_INFO_V1(tb_alter);
 Datum
 tb_alter(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_alter",
+		ARG_MAY_BE_NULL(1) | ARG_MAY_BE_NULL(2) | ARG_MAY_BE_NULL(3),
+	{"name", "capacity", "refill", "per"}};
 	text	   *name;
 	double		capacity = NAN;		/* NaN: keep */
 	double		refill_rate = NAN;
 
-	if (PG_ARGISNULL(0))
-		PG_RETURN_NULL();
+	check_not_null(fcinfo, &args);
 	name = PG_GETARG_TEXT_PP(0);
 
 	if (!PG_ARGISNULL(1))
@@ -862,6 +937,9 @@ PG_FUNCTION_INFO_V1(tb_reset);
 Datum
 tb_reset(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_reset", 0, {"name"}};
+
+	check_not_null(fcinfo, &args);
 	(void) update_bucket(fcinfo, PG_GETARG_TEXT_PP(0), change_reset, NULL, NULL);
 	PG_RETURN_VOID();
 }
@@ -889,8 +967,12 @@ PG_FUNCTION_INFO_V1(tb_drop);
 Datum
 tb_drop(PG_FUNCTION_ARGS)
 {
-	bool		bucket = router_drop(fcinfo, PG_GETARG_TEXT_PP(0));
-	bool		limit = lease_drop_limit(fcinfo, PG_GETARG_TEXT_PP(0));
+	static const ArgsSpec args = {"tb_drop", 0, {"name"}};
+	bool		bucket;
+	bool		limit;
 
+	check_not_null(fcinfo, &args);
+	bucket = router_drop(fcinfo, PG_GETARG_TEXT_PP(0));
+	limit = lease_drop_limit(fcinfo, PG_GETARG_TEXT_PP(0));
 	PG_RETURN_BOOL(bucket || limit);
 }
