@@ -27,7 +27,9 @@
 #   xact          test/xact.sh: a memory lease released by a transaction
 #                 whose backend is terminated or killed stays its holder's;
 #                 PREPARE refused once, naming all it refuses
-#   memory        test/memory.sh: memory flat over many calls; valgrind
+#   memory        test/memory.sh 1: memory flat over many calls of every entry point
+#   memory-more   test/memory.sh 2-6: valgrind, many names in one call, a
+#                 million grants, routed calls
 #   exporter      test/exporter.sh: prometheus-postgres-exporter with
 #                 prometheus/tokenbucket.yaml, scraped over HTTP, exact
 #   proxy         proxy/test/proxy.sh: tokenbucket_proxy in front of three servers
@@ -170,7 +172,8 @@ suite_own() {	# suite_own LOG SCRIPT [ARG]
 # NAME FUNCTION [ARGS...], longest first (on this machine), so that the
 # long ones start at once and the short ones fill in beside them
 SUITES=(
-	"memory suite_shell test/memory"
+	"memory suite_shell test/memory 1"
+	"memory-more suite_shell test/memory 2 3 4 5 6"
 	"stress suite_shell test/stress"
 	"leases suite_shell test/leases table"
 	"leases-memory suite_shell test/leases memory"
