@@ -190,8 +190,9 @@ PREPARE untyped AS SELECT tb_lease($1, $2) IS NOT NULL AS leased;
 EXECUTE untyped('slots', 3);
 SELECT pg_temp.held('slots') AS held;
 SELECT tb_release(lease) FROM tb_leases WHERE name = 'slots' ORDER BY lease;
--- a NULL reserve: NULL from the STRICT functions, none for the others
-SELECT tb_acquire('t', 1, NULL) IS NULL AS acquire, (SELECT granted FROM tb_try('t', 1, NULL)) IS NULL AS try;
+-- a NULL reserve is none, for every function that takes one (t holds 2)
+SELECT (SELECT granted FROM tb_peek('t', 1, NULL)) AS peek, tb_acquire('t', 1, NULL) AS acquire,
+       (SELECT granted FROM tb_try('t', 1, NULL)) AS try;
 
 -- errors: each with its SQLSTATE; nothing is taken
 \pset format unaligned

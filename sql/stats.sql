@@ -121,31 +121,35 @@ SELECT tb_acquire(repeat('l', 129)), tb_acquire(repeat('l', 200)), tb_acquire(re
 SELECT length(name), granted FROM tb_stats WHERE name LIKE 'lll%' ORDER BY length(name);
 SELECT length(tb_stats_key(repeat('l', 128))) AS short_kept, tb_stats_key(repeat('l', 129)) LIKE 'lll%...#%' AS long_keyed;
 
--- privileges: a monitoring role reads the views once granted SELECT on
--- them and EXECUTE on the functions behind them; an application role may
--- not read them, nor reset the counters, nor turn the tracking off
+-- privileges: a monitoring role reads a view once granted SELECT on it,
+-- nothing more: the functions behind the views are PUBLIC's and check
+-- that their caller may read a view that shows what they show.  An
+-- application role may not read them, nor reset the counters, nor turn
+-- the tracking off
 CREATE ROLE regress_tb_monitor;
 CREATE ROLE regress_tb_stats_app;
 CREATE ROLE regress_tb_templates_only;
-GRANT USAGE ON SCHEMA public TO regress_tb_monitor, regress_tb_stats_app, regress_tb_templates_only;
+CREATE ROLE regress_tb_status_only;
+GRANT USAGE ON SCHEMA public TO regress_tb_monitor, regress_tb_stats_app, regress_tb_templates_only,
+	regress_tb_status_only;
 GRANT SELECT ON tb_stats, tb_template_stats TO regress_tb_monitor;
-GRANT EXECUTE ON FUNCTION tb_memory_buckets(), tb_memory_leases(), tb_stats_counters(),
-	tb_memory_counters(), tb_template_counters(), tb_memory_templates(),
-	tb_limit_counters() TO regress_tb_monitor;
 -- one that may read only the templates' counters reads no key's name
 GRANT SELECT ON tb_template_stats TO regress_tb_templates_only;
-GRANT EXECUTE ON FUNCTION tb_template_counters(), tb_memory_templates() TO regress_tb_templates_only;
 SET ROLE regress_tb_templates_only;
 SELECT template, granted FROM tb_template_stats ORDER BY template;
 SELECT * FROM tb_memory_buckets();
 SELECT * FROM tb_stats_counters();
 SELECT * FROM tb_memory_counters();
+SELECT * FROM tb_limit_counters();
+SELECT * FROM tb_memory_leases();
+SELECT * FROM tb_stats;
 RESET ROLE;
-GRANT EXECUTE ON FUNCTION tb_memory_buckets(), tb_stats_counters(), tb_memory_counters()
-	TO regress_tb_templates_only;
-SET ROLE regress_tb_templates_only;
-SELECT count(*) FROM tb_memory_buckets();
-SELECT count(*) FROM tb_stats_counters();
+-- SELECT on tb_status and on tb_leases is enough to read them too
+GRANT SELECT ON tb_status, tb_leases TO regress_tb_status_only;
+SET ROLE regress_tb_status_only;
+SELECT name, memory FROM tb_status WHERE name IN ('tab', 'mem') ORDER BY name;
+SELECT count(*) FROM tb_leases;
+SELECT * FROM tb_template_counters();
 RESET ROLE;
 SET ROLE regress_tb_monitor;
 SELECT name, granted FROM tb_stats WHERE name IN ('tab', 'mem') ORDER BY name;
@@ -224,5 +228,6 @@ WHERE template = 'mu:*';
 SELECT name, round(tokens) AS tokens FROM tb_status WHERE name LIKE 'mu:_' ORDER BY name;
 
 DROP EXTENSION tokenbucket;
-DROP OWNED BY regress_tb_monitor, regress_tb_stats_app, regress_tb_templates_only;
-DROP ROLE regress_tb_monitor, regress_tb_stats_app, regress_tb_templates_only;
+DROP OWNED BY regress_tb_monitor, regress_tb_stats_app, regress_tb_templates_only,
+	regress_tb_status_only;
+DROP ROLE regress_tb_monitor, regress_tb_stats_app, regress_tb_templates_only, regress_tb_status_only;

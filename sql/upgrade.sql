@@ -1,8 +1,8 @@
 --
--- upgrade: 1.0 updated to 1.1, 1.2, 1.3, 1.4, 1.5, 1.6 and then 1.7 keeps its
--- buckets and gives exactly the objects of a fresh install (which runs
--- tokenbucket--1.7.sql alone); grants made on the functions 1.2, 1.3 and
--- 1.7 replace are kept.
+-- upgrade: 1.0 updated to 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7 and then 1.8
+-- keeps its buckets and gives exactly the objects of a fresh install (which
+-- runs tokenbucket--1.8.sql alone); grants made on the functions 1.2, 1.3
+-- and 1.7 replace, and 1.8 alters, are kept.
 --
 -- buckets made under 1.0 (plain SQL: this library is 1.1's)
 CREATE EXTENSION tokenbucket VERSION '1.0';
@@ -49,6 +49,12 @@ GRANT EXECUTE ON FUNCTION tb_lease(text, integer, text, interval) TO regress_tb_
 
 ALTER EXTENSION tokenbucket UPDATE TO '1.7';
 SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
+
+-- under 1.7, a DBA let the role settle calls
+GRANT EXECUTE ON FUNCTION tb_settle(text, float8, float8) TO regress_tb_upgrade_worker;
+
+ALTER EXTENSION tokenbucket UPDATE TO '1.8';
+SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 SELECT tb_acquire('kept', 5), tb_acquire('half', 2), tb_acquire('half');
 SELECT tb_acquire_all('{kept,half}'), round(tb_refund('kept', 1)::numeric, 2);
 -- the buckets made before the update are counted like new ones
@@ -70,7 +76,7 @@ SELECT p.oid::regprocedure AS function,
 FROM pg_proc p
 WHERE p.proname IN ('tb_try', 'tb_pause_until', 'tb_pause', 'tb_refund', 'tb_try_all', 'tb_create',
                     'tb_buckets_changed', 'tb_create_limit', 'tb_memory_leases', 'tb_lease',
-                    'tb_lease_wait')
+                    'tb_lease_wait', 'tb_settle', 'tb_ensure', 'tb_stats_counters')
 ORDER BY p.oid::regprocedure::text;
 
 -- and the objects are those of a fresh install
@@ -162,6 +168,7 @@ REVOKE EXECUTE ON FUNCTION tb_create_limit(text, integer, boolean) FROM regress_
 REVOKE EXECUTE ON FUNCTION tb_memory_leases() FROM regress_tb_upgrade_worker;
 REVOKE SELECT ON tb_leases FROM regress_tb_upgrade_worker;
 REVOKE EXECUTE ON FUNCTION tb_lease(text, integer, text, interval, float8) FROM regress_tb_upgrade_worker;
+REVOKE EXECUTE ON FUNCTION tb_settle(text, float8, float8) FROM regress_tb_upgrade_worker;
 GRANT EXECUTE ON FUNCTION tb_try(text, float8) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION tb_lease(text, integer, text, interval, float8) TO PUBLIC;
 CREATE TEMP TABLE upgraded AS SELECT * FROM pg_temp.objects() AS o(object);
@@ -195,6 +202,8 @@ SELECT pg_temp.install_and_update('1.5');
 SELECT pg_temp.differences() AS from_1_5;
 SELECT pg_temp.install_and_update('1.6');
 SELECT pg_temp.differences() AS from_1_6;
+SELECT pg_temp.install_and_update('1.7');
+SELECT pg_temp.differences() AS from_1_7;
 DROP EXTENSION tokenbucket;
 CREATE EXTENSION tokenbucket;
 

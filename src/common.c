@@ -25,6 +25,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/builtins.h"
 #include "utils/float.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -353,7 +354,7 @@ installation_dropped(ObjectAccessType access, Oid classId, Oid objectId, int sub
  * a bucket's capacity (or of a limit's slots) a call must leave for
  * others, from 0 (none) up to but not including 1.  0 when the function
  * has no such argument (argno -1: its SQL forms have none) or it is NULL
- * (a function that is not STRICT: no reserve).
+ * (no reserve).
  */
 double
 reserve_arg(FunctionCallInfo fcinfo, int argno)
@@ -371,4 +372,30 @@ reserve_arg(FunctionCallInfo fcinfo, int argno)
 				 errdetail("A reserve is the share of a bucket's capacity, or of a limit's slots, that must be left after the call: 0.2 keeps the last 20%% for calls without it."),
 				 errhint("Pass a share such as 0.2, or 0 for none (as without reserve).")));
 	return reserve;
+}
+
+/* What an ensure did, as tb_ensure and tb_ensure_limit return it. */
+text *
+ensure_result_text(EnsureResult result)
+{
+	static const char *const did[] = {
+		[ENSURE_CREATED] = "created",
+		[ENSURE_CHANGED] = "changed",
+		[ENSURE_UNCHANGED] = "unchanged"
+	};
+
+	return cstring_to_text(did[result]);
+}
+
+/*
+ * The error for NULL argument "argno" of the SQL function "spec" names:
+ * 22004, naming the argument.
+ */
+void
+report_null_argument(const ArgsSpec *spec, int argno)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			 errmsg("argument \"%s\" of %s must not be NULL",
+					spec->names[argno], spec->function)));
 }

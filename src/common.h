@@ -91,6 +91,44 @@ extern TimestampTz deadline_after(Interval *timeout, TimestampTz now);
 /* A reserve argument: a share of capacity or slots to leave (0: none). */
 extern double reserve_arg(FunctionCallInfo fcinfo, int argno);
 
+/* What tb_ensure (router_ensure()) or tb_ensure_limit (limit_ensure()) did. */
+typedef enum EnsureResult
+{
+	ENSURE_CREATED,
+	ENSURE_CHANGED,
+	ENSURE_UNCHANGED
+} EnsureResult;
+
+extern text *ensure_result_text(EnsureResult result);
+
+/*
+ * A SQL function's name and its arguments' names, and which of them may be
+ * NULL (bit i: argument i), for check_not_null().
+ */
+typedef struct ArgsSpec
+{
+	const char *function;
+	uint32		may_be_null;
+	const char *names[8];
+} ArgsSpec;
+
+#define ARG_MAY_BE_NULL(i) (1U << (i))
+
+extern void report_null_argument(const ArgsSpec *spec, int argno);
+
+/*
+ * Fail with 22004 on the first argument of the call that is NULL and may
+ * not be.  The functions are not STRICT, where a NULL would give NULL and
+ * do nothing, silently; this costs a test per argument.
+ */
+static inline void
+check_not_null(FunctionCallInfo fcinfo, const ArgsSpec *spec)
+{
+	for (int i = 0; i < PG_NARGS(); i++)
+		if (unlikely(PG_ARGISNULL(i)) && (spec->may_be_null & ARG_MAY_BE_NULL(i)) == 0)
+			report_null_argument(spec, i);
+}
+
 /* The server must be a primary for anything that changes a bucket. */
 extern void check_primary(void);
 

@@ -133,11 +133,12 @@ PG_FUNCTION_INFO_V1(tb_lease);
 Datum
 tb_lease(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_lease", ARG_MAY_BE_NULL(3) | ARG_MAY_BE_NULL(4),
+	{"name", "slots", "hold", "ttl", "reserve"}};
 	Installation inst = installation_of(fcinfo);
 	LeaseRequest request;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
-		PG_RETURN_NULL();
+	check_not_null(fcinfo, &args);
 	request = request_from_args(fcinfo, reserve_arg(fcinfo, 4));
 	if (!limit_lease(&inst, &request, false, 0, NULL, NULL))
 		PG_RETURN_NULL();
@@ -155,12 +156,14 @@ PG_FUNCTION_INFO_V1(tb_lease_wait);
 Datum
 tb_lease_wait(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_lease_wait",
+		ARG_MAY_BE_NULL(3) | ARG_MAY_BE_NULL(4) | ARG_MAY_BE_NULL(5),
+	{"name", "slots", "hold", "ttl", "timeout", "reserve"}};
 	Installation inst = installation_of(fcinfo);
 	TimestampTz deadline;
 	LeaseRequest request;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
-		PG_RETURN_NULL();
+	check_not_null(fcinfo, &args);
 	deadline = deadline_after(PG_ARGISNULL(4) ? NULL : PG_GETARG_INTERVAL_P(4),
 							  GetCurrentTimestamp());
 	request = request_from_args(fcinfo, reserve_arg(fcinfo, 5));
@@ -181,8 +184,10 @@ PG_FUNCTION_INFO_V1(tb_release);
 Datum
 tb_release(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec spec = {"tb_release", 0, {"lease"}};
 	Installation inst = installation_of(fcinfo);
 
+	check_not_null(fcinfo, &spec);
 	PG_RETURN_BOOL(limit_release(&inst, PG_GETARG_INT64(0)));
 }
 
@@ -197,11 +202,16 @@ PG_FUNCTION_INFO_V1(tb_create_limit);
 Datum
 tb_create_limit(PG_FUNCTION_ARGS)
 {
-	text	   *name = PG_GETARG_TEXT_PP(0);
-	int32		max_in_flight = PG_GETARG_INT32(1);
-	bool		memory = PG_NARGS() > 2 && PG_GETARG_BOOL(2);
+	static const ArgsSpec spec = {"tb_create_limit", 0, {"name", "max_in_flight", "memory"}};
 	Installation inst = installation_of(fcinfo);
+	text	   *name;
+	int32		max_in_flight;
+	bool		memory;
 
+	check_not_null(fcinfo, &spec);
+	name = PG_GETARG_TEXT_PP(0);
+	max_in_flight = PG_GETARG_INT32(1);
+	memory = PG_NARGS() > 2 && PG_GETARG_BOOL(2);
 	check_limit_name(name);
 	check_max_in_flight(max_in_flight);
 	if (!limit_create(&inst, name, max_in_flight, memory))
@@ -222,14 +232,46 @@ PG_FUNCTION_INFO_V1(tb_alter_limit);
 Datum
 tb_alter_limit(PG_FUNCTION_ARGS)
 {
-	text	   *name = PG_GETARG_TEXT_PP(0);
-	int32		max_in_flight = PG_GETARG_INT32(1);
+	static const ArgsSpec spec = {"tb_alter_limit", 0, {"name", "max_in_flight"}};
 	Installation inst = installation_of(fcinfo);
+	text	   *name;
+	int32		max_in_flight;
 
+	check_not_null(fcinfo, &spec);
+	name = PG_GETARG_TEXT_PP(0);
+	max_in_flight = PG_GETARG_INT32(1);
 	check_limit_name(name);
 	check_max_in_flight(max_in_flight);
 	limit_alter(&inst, name, max_in_flight);
 	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(tb_ensure_limit);
+
+/*
+ * tb_ensure_limit(name, max_in_flight, memory): tb_create_limit's limit,
+ * made when missing ('created'), given this max_in_flight when it has
+ * another ('changed': as tb_alter_limit, leases held are kept), or left
+ * as it is ('unchanged').  A limit of the other kind is refused: where
+ * its leases live is chosen when it is made.  A second session ensuring
+ * a limit another has just made waits for that transaction, then finds
+ * it (or, after a rollback, makes it).
+ */
+Datum
+tb_ensure_limit(PG_FUNCTION_ARGS)
+{
+	static const ArgsSpec spec = {"tb_ensure_limit", 0, {"name", "max_in_flight", "memory"}};
+	Installation inst = installation_of(fcinfo);
+	text	   *name;
+	int32		max_in_flight;
+
+	check_not_null(fcinfo, &spec);
+	name = PG_GETARG_TEXT_PP(0);
+	max_in_flight = PG_GETARG_INT32(1);
+	check_limit_name(name);
+	check_max_in_flight(max_in_flight);
+	PG_RETURN_TEXT_P(ensure_result_text(limit_ensure(&inst, name, max_in_flight,
+													 PG_GETARG_BOOL(2))));
 }
 
 PG_FUNCTION_INFO_V1(tb_memory_leases);

@@ -2,9 +2,9 @@
  *
  * limit_config.c
  *	  A limit's configuration, in tb_limits through SPI: its row, or its
- *	  longest template's; the rows tb_create_limit, tb_alter_limit and
- *	  tb_drop write; and this backend's cache of memory limits'
- *	  configuration.
+ *	  longest template's; the rows tb_create_limit, tb_alter_limit,
+ *	  tb_ensure_limit and tb_drop write; and this backend's cache of
+ *	  memory limits' configuration.
  *
  * A limit's row (name, max_in_flight, memory) is its configuration, and a
  * template's that of every name after its prefix that has no row of its
@@ -162,6 +162,32 @@ limit_config_set(Oid relid, text *name, int32 max_in_flight)
 	Datum		args[2] = {PointerGetDatum(name), Int32GetDatum(max_in_flight)};
 
 	return plan_run(&alter_limit_plan, relid, args, NULL) > 0;
+}
+
+/* A limit's own row, as committed (or as this transaction wrote it). */
+static KeptPlan limit_row_plan = {
+	.sql = "SELECT max_in_flight, memory FROM %1$s.tb_limits WHERE name OPERATOR(pg_catalog.=) $1",
+	.nargs = 1, .argtypes = {TEXTOID}
+};
+
+/*
+ * The settings of limit "name"'s own row (not its template's), read on the
+ * latest snapshot; false when it has none.
+ */
+bool
+limit_config_row(Oid relid, text *name, int32 *max_in_flight, bool *memory)
+{
+	Datum		args[1] = {PointerGetDatum(name)};
+	bool		isnull;
+
+	if (plan_run_latest(&limit_row_plan, relid, args, NULL) == 0)
+		return false;
+	*max_in_flight = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+												 1, &isnull));
+	*memory = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	SPI_freetuptable(SPI_tuptable);
+	SPI_tuptable = NULL;
+	return true;
 }
 
 /* A limit's row gone: whether it was a memory limit. */

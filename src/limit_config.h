@@ -2,8 +2,8 @@
  *
  * limit_config.h
  *	  A limit's configuration in tb_limits: its row, or its template's; the
- *	  rows tb_create_limit, tb_alter_limit and tb_drop write; this
- *	  backend's cache of memory limits' configuration.
+ *	  rows tb_create_limit, tb_alter_limit, tb_ensure_limit and tb_drop
+ *	  write; this backend's cache of memory limits' configuration.
  *
  * src/limit_config.h
  *
@@ -49,6 +49,8 @@ extern int	limit_config_template_len(Oid relid, text *name);
 extern bool limit_config_insert(Oid relid, text *name, int32 max_in_flight,
 								bool memory);
 extern bool limit_config_set(Oid relid, text *name, int32 max_in_flight);
+extern bool limit_config_row(Oid relid, text *name, int32 *max_in_flight,
+							 bool *memory);
 extern bool limit_config_delete(Oid relid, text *name, bool *memory);
 extern void limit_report_missing(text *name);
 extern int32 limit_reserve_slots(int32 max_in_flight, double reserve);

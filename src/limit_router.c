@@ -392,24 +392,35 @@ limit_release(Installation *inst, int64 lease)
 }
 
 /*
+ * Make limit "name" of installation "relid" in the SPI session begun: its
+ * row, and what "store" keeps of a named limit (a table limit's slots, so
+ * that the first lease need not make them); false when the name is taken.
+ */
+static bool
+create_in(const LimitStoreRoutine *store, Oid relid, text *name,
+		  int32 max_in_flight, bool memory)
+{
+	if (!limit_config_insert(relid, name, max_in_flight, memory))
+		return false;
+	if (!is_template_name(name))
+		limit_store_make(store, relid, name, max_in_flight);
+	return true;
+}
+
+/*
  * Make limit "name" of "max_in_flight" slots, its leases kept in the
- * store "memory" chooses; false when the name is taken.  A named table
- * limit's slots are made now, so that the first lease need not make them.
+ * store "memory" chooses; false when the name is taken.
  */
 bool
 limit_create(Installation *inst, text *name, int32 max_in_flight, bool memory)
 {
 	const LimitStoreRoutine *store = store_of(memory);
 	SpiSession	session;
-	Oid			relid;
 	bool		created;
 
 	limit_store_check_make(store, name);
 	session = spi_begin(inst, true);
-	relid = installation_table(inst);
-	created = limit_config_insert(relid, name, max_in_flight, memory);
-	if (created && !is_template_name(name))
-		limit_store_make(store, relid, name, max_in_flight);
+	created = create_in(store, installation_table(inst), name, max_in_flight, memory);
 	spi_end(&session);
 	return created;
 }
@@ -429,6 +440,59 @@ limit_alter(Installation *inst, text *name, int32 max_in_flight)
 		limit_report_missing(name);
 	spi_end(&session);
 	limit_wake_at_end(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+}
+
+/*
+ * Make limit "name" as limit_create() does when it has no row; otherwise
+ * give its row this max_in_flight when it has another, keeping its leases
+ * and waking its waiters as limit_alter() does, or leave it.  Where its
+ * leases live cannot change so: refused.  A row another transaction is
+ * inserting is waited for (the INSERT's conflict), then read as committed.
+ */
+EnsureResult
+limit_ensure(Installation *inst, text *name, int32 max_in_flight, bool memory)
+{
+	const LimitStoreRoutine *store = store_of(memory);
+	SpiSession	session;
+	Oid			relid;
+	EnsureResult result = ENSURE_CREATED;
+
+	limit_store_check_make(store, name);
+	session = spi_begin(inst, true);
+	relid = installation_table(inst);
+	for (int attempt = 0; !create_in(store, relid, name, max_in_flight, memory); attempt++)
+	{
+		int32		old_max;
+		bool		old_memory;
+
+		/* taken, and then dropped before it could be read: make it again */
+		if (!limit_config_row(relid, name, &old_max, &old_memory))
+		{
+			if (attempt == 2)
+				limit_report_missing(name);
+			continue;
+		}
+		if (old_memory != memory)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("limit \"%s\" keeps its leases in %s, not in %s", text_to_cstring(name),
+							old_memory ? "shared memory" : "the table",
+							old_memory ? "the table" : "shared memory"),
+					 errdetail("Where a limit's leases live is chosen when it is made; tb_ensure_limit changes its max_in_flight in place, not its kind."),
+					 errhint("Drop it with tb_drop() and ensure it again, or ensure it with memory => %s.",
+							 old_memory ? "true" : "false")));
+		result = ENSURE_UNCHANGED;
+		if (old_max != max_in_flight)
+		{
+			result = ENSURE_CHANGED;
+			(void) limit_config_set(relid, name, max_in_flight);
+		}
+		break;
+	}
+	spi_end(&session);
+	if (result == ENSURE_CHANGED)
+		limit_wake_at_end(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+	return result;
 }
 
 /*

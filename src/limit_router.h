@@ -29,6 +29,8 @@ extern bool limit_release(Installation *inst, int64 lease);
 extern bool limit_create(Installation *inst, text *name, int32 max_in_flight,
 						 bool memory);
 extern void limit_alter(Installation *inst, text *name, int32 max_in_flight);
+extern EnsureResult limit_ensure(Installation *inst, text *name,
+								 int32 max_in_flight, bool memory);
 extern bool limit_drop(Installation *inst, text *name);
 extern uint64 limit_purge(Installation *inst, TimestampTz idle_since,
 						  TimestampTz now);

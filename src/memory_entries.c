@@ -221,11 +221,13 @@ memory_unlock_all(void)
 
 /*
  * The record of the template "name" (its prefix, "len" bytes, no '*') of
- * installation "relid", made if it has none; NULL when there is no room
- * for another.  The caller holds no template lock.
+ * installation "relid" of database "dbid", made if it has none; NULL when
+ * there is no room for another.  The caller holds no template lock.  (The
+ * database is the key's, not this process's: the postmaster, which has
+ * none, makes the keys a clean shutdown saved.)
  */
 static MemoryTemplate *
-template_get(Oid relid, const char *name, int len)
+template_get(Oid dbid, Oid relid, const char *name, int len)
 {
 	SharedKey	key;
 	MemoryTemplate *template;
@@ -233,6 +235,7 @@ template_get(Oid relid, const char *name, int len)
 
 	memset(&key, 0, sizeof(key));
 	(void) shared_key_make(&key, relid, name, len);
+	key.dbid = dbid;
 	LWLockAcquire(templates_lock(), LW_SHARED);
 	template = hash_search(template_hash, &key, HASH_FIND, NULL);
 	LWLockRelease(templates_lock());
@@ -541,7 +544,8 @@ memory_make_entry(const MemoryKey *key, int template_len, const Bucket *state,
 	*made = NULL;
 	if (template_len > 0)
 	{
-		template = template_get(key->name.relid, key->name.name, template_len - 1);
+		template = template_get(key->name.dbid, key->name.relid, key->name.name,
+								template_len - 1);
 		if (template == NULL)
 		{
 			if (!report)

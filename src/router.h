@@ -43,6 +43,8 @@ extern void router_alter(Installation *inst, text *name, double capacity,
 						 double refill_rate);
 extern bool router_create(Installation *inst, text *name, double capacity,
 						  double refill_rate, bool memory);
+extern EnsureResult router_ensure(Installation *inst, text *name, double capacity,
+								  double refill_rate, bool memory);
 extern bool router_drop(Installation *inst, text *name);
 extern uint64 router_purge(Installation *inst, TimestampTz idle_since,
 						   TimestampTz now);

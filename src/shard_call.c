@@ -2,7 +2,8 @@
  *
  * shard_call.c
  *	  tokenbucket_shard's calls for tokenbucket_proxy: one of tokenbucket's
- *	  functions run in a subtransaction, its result or its error as data.
+ *	  functions run in a subtransaction, its result or its error as data;
+ *	  and on the proxy, the bound on such a call (tokenbucket.proxy_timeout).
  *
  * PL/Proxy drops its connection to a shard after any error the shard
  * raises.  So the proxy calls tokenbucket_shard's tb_routed_<f>, which
@@ -13,6 +14,18 @@
  * its like): what a PL/pgSQL EXCEPTION block does (a subtransaction,
  * rolled back on error; a cancel not caught), without running PL/pgSQL
  * on every routed call.
+ *
+ * On the proxy's side, the bound on a call (tokenbucket.proxy_timeout):
+ * PL/Proxy waits for a shard's answer as long as the statement lasts.  It
+ * checks its query_timeout only when the shard's socket stirs or once it
+ * has sent a cancel, and a SET statement_timeout inside a function takes
+ * effect from the next statement only; so a shard that accepts and never
+ * answers, or a frozen shard backend, held a caller with no
+ * statement_timeout for ever.  tokenbucket_proxy's functions arm a timer
+ * of their own around the call instead: it cancels the statement as
+ * statement_timeout would (PL/Proxy then cancels the call on the shard),
+ * and once more a second later, for a PL/Proxy waiting for that cancel
+ * without a query_timeout.
  *
  * src/shard_call.c
  *
@@ -30,14 +43,17 @@
 #include "miscadmin.h"
 #include "nodes/value.h"
 #include "parser/parse_func.h"
+#include "shard_call.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/syscache.h"
+#include "utils/timeout.h"
 
 #define ROUTED_PREFIX "tb_routed_"
 
@@ -244,4 +260,94 @@ tb_routed_call(PG_FUNCTION_ARGS)
 	}
 	PG_END_TRY();
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(call->result, values, nulls)));
+}
+
+/* tokenbucket.proxy_timeout, in milliseconds: 0, none */
+static int	proxy_timeout_ms = 5000;
+
+/* the bound's two timers (its cancel, and the one a second later) */
+static TimeoutId bound_timers[2];
+static bool bound_timers_made = false;
+static volatile sig_atomic_t bound_fired = false;
+
+/* The setting, on the proxy (defined wherever the library is loaded). */
+void
+shard_call_init(void)
+{
+	DefineCustomIntVariable("tokenbucket.proxy_timeout",
+							"Longest a call through tokenbucket_proxy waits for its shard.",
+							"Then the call is cancelled there and fails with 08006; a wait's own timeout is added to it. 0: no bound but statement_timeout.",
+							&proxy_timeout_ms,
+							5000, 0, INT_MAX / 2,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
+
+/* A bound timer fired: cancel the statement, as statement_timeout does. */
+static void
+bound_passed(void)
+{
+	bound_fired = true;
+	InterruptPending = true;
+	QueryCancelPending = true;
+}
+
+PG_FUNCTION_INFO_V1(tb_proxy_bound);
+
+/*
+ * tb_proxy_bound(kind, timeout): bound the routed call about to be made
+ * by tokenbucket.proxy_timeout from now; for a wait (kind 'wait'), from
+ * its timeout, and not at all without one (NULL: no limit but
+ * statement_timeout).  tb_proxy_unbound() ends it.
+ */
+Datum
+tb_proxy_bound(PG_FUNCTION_ARGS)
+{
+	double		wait_usecs = 0;
+	int			bound_ms;
+
+	if (!bound_timers_made)
+	{
+		bound_timers[0] = RegisterTimeout(USER_TIMEOUT, bound_passed);
+		bound_timers[1] = RegisterTimeout(USER_TIMEOUT, bound_passed);
+		bound_timers_made = true;
+	}
+	bound_fired = false;
+	disable_timeouts((DisableTimeoutParams[]) {{bound_timers[0], false},
+					 {bound_timers[1], false}}, 2);
+	if (!PG_ARGISNULL(0) && strcmp(text_to_cstring(PG_GETARG_TEXT_PP(0)), "wait") == 0)
+	{
+		if (PG_ARGISNULL(1))
+			PG_RETURN_VOID();
+		/* a timeout the shard will refuse: bound from now */
+		if (!interval_usecs(PG_GETARG_INTERVAL_P(1), &wait_usecs) || !(wait_usecs > 0))
+			wait_usecs = 0;
+	}
+	if (proxy_timeout_ms <= 0)
+		PG_RETURN_VOID();
+	bound_ms = (int) Min((double) proxy_timeout_ms + wait_usecs / 1000.0, INT_MAX - 1000.0);
+	enable_timeouts((EnableTimeoutParams[]) {
+		{.id = bound_timers[0], .type = TMPARAM_AFTER, .delay_ms = bound_ms},
+		{.id = bound_timers[1], .type = TMPARAM_AFTER, .delay_ms = bound_ms + 1000}}, 2);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(tb_proxy_unbound);
+
+/*
+ * tb_proxy_unbound(): end the bound of tb_proxy_bound(); whether it passed
+ * (a cancel of its own still pending is dropped: the call is over).
+ */
+Datum
+tb_proxy_unbound(PG_FUNCTION_ARGS)
+{
+	bool		fired = bound_fired;
+
+	if (bound_timers_made)
+		disable_timeouts((DisableTimeoutParams[]) {{bound_timers[0], false},
+						 {bound_timers[1], false}}, 2);
+	if (fired)
+		QueryCancelPending = false;
+	bound_fired = false;
+	PG_RETURN_BOOL(fired);
 }

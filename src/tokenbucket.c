@@ -26,6 +26,7 @@
 #include "common.h"
 #include "lease.h"
 #include "limit_router.h"
+#include "shard_call.h"
 #include "router.h"
 #include "wait.h"
 #include "xact.h"
@@ -96,6 +97,7 @@ _PG_init(void)
 	router_init();
 	limit_router_init();
 	xact_init();
+	shard_call_init();
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = object_accessed;
 	/* every setting is defined: any other tokenbucket.* is a typo */
@@ -409,10 +411,13 @@ PG_FUNCTION_INFO_V1(tb_acquire);
 Datum
 tb_acquire(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_acquire", ARG_MAY_BE_NULL(2), {"name", "cost", "reserve"}};
 	Installation inst = installation_of(fcinfo);
-	Request		request = request_from(fcinfo, PG_GETARG_TEXT_PP(0),
-									   PG_NARGS() > 1 ? PG_GETARG_FLOAT8(1) : 1.0, 2);
+	Request		request;
 
+	check_not_null(fcinfo, &args);
+	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0),
+						   PG_NARGS() > 1 ? PG_GETARG_FLOAT8(1) : 1.0, 2);
 	PG_RETURN_BOOL(router_take(&inst, &request, 1, GetCurrentTimestamp()));
 }
 
@@ -426,11 +431,16 @@ PG_FUNCTION_INFO_V1(tb_try);
 Datum
 tb_try(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_try", ARG_MAY_BE_NULL(2), {"name", "cost", "reserve"}};
 	Installation inst = installation_of(fcinfo);
-	Request		request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
-	TimestampTz now = GetCurrentTimestamp();
-	bool		granted = router_take(&inst, &request, 1, now);
+	Request		request;
+	TimestampTz now;
+	bool		granted;
 
+	check_not_null(fcinfo, &args);
+	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
+	now = GetCurrentTimestamp();
+	granted = router_take(&inst, &request, 1, now);
 	PG_RETURN_DATUM(report_datum(fcinfo, &request, granted, now));
 }
 
@@ -446,11 +456,15 @@ PG_FUNCTION_INFO_V1(tb_peek);
 Datum
 tb_peek(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_peek", ARG_MAY_BE_NULL(2), {"name", "cost", "reserve"}};
 	Installation inst = installation_of(fcinfo);
-	Request		request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
-	TimestampTz now = GetCurrentTimestamp();
+	Request		request;
+	TimestampTz now;
 	bool		granted;
 
+	check_not_null(fcinfo, &args);
+	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
+	now = GetCurrentTimestamp();
 	router_peek(&inst, &request, now);
 	granted = bucket_take(&request.bucket, request.cost, request.reserve, now);
 	PG_RETURN_DATUM(report_datum(fcinfo, &request, granted, now));
@@ -465,14 +479,15 @@ PG_FUNCTION_INFO_V1(tb_acquire_wait);
 Datum
 tb_acquire_wait(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_acquire_wait", ARG_MAY_BE_NULL(2),
+	{"name", "cost", "timeout"}};
 	Installation inst = installation_of(fcinfo);
 	Request		request;
 	TimestampTz deadline;
 	int64		waited_usecs;
 	bool		granted;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		PG_RETURN_NULL();
+	check_not_null(fcinfo, &args);
 	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), -1);
 	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 							  GetCurrentTimestamp());
@@ -490,12 +505,13 @@ PG_FUNCTION_INFO_V1(tb_acquire_all);
 Datum
 tb_acquire_all(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_acquire_all", ARG_MAY_BE_NULL(1) | ARG_MAY_BE_NULL(2),
+	{"names", "costs", "reserve"}};
 	Installation inst = installation_of(fcinfo);
 	Request    *requests;
 	int			n;
 
-	if (PG_ARGISNULL(0))
-		PG_RETURN_NULL();
+	check_not_null(fcinfo, &args);
 	requests = requests_from_args(fcinfo, 2, &n);
 	PG_RETURN_BOOL(router_take(&inst, requests, n, GetCurrentTimestamp()));
 }
@@ -506,6 +522,8 @@ PG_FUNCTION_INFO_V1(tb_acquire_all_wait);
 Datum
 tb_acquire_all_wait(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_acquire_all_wait", ARG_MAY_BE_NULL(1) | ARG_MAY_BE_NULL(2),
+	{"names", "costs", "timeout"}};
 	Installation inst = installation_of(fcinfo);
 	Request    *requests;
 	int			n;
@@ -513,8 +531,7 @@ tb_acquire_all_wait(PG_FUNCTION_ARGS)
 	int64		waited_usecs;
 	bool		granted;
 
-	if (PG_ARGISNULL(0))
-		PG_RETURN_NULL();
+	check_not_null(fcinfo, &args);
 	requests = requests_from_args(fcinfo, -1, &n);
 	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 							  GetCurrentTimestamp());
@@ -553,13 +570,15 @@ PG_FUNCTION_INFO_V1(tb_lease_all);
 Datum
 tb_lease_all(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_lease_all",
+		ARG_MAY_BE_NULL(2) | ARG_MAY_BE_NULL(5) | ARG_MAY_BE_NULL(6),
+	{"name", "buckets", "costs", "slots", "hold", "ttl", "reserve"}};
 	Installation inst = installation_of(fcinfo);
 	BucketsToTake buckets = {.inst = &inst};
 	LeaseRequest request;
 	double		reserve;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(3) || PG_ARGISNULL(4))
-		PG_RETURN_NULL();
+	check_not_null(fcinfo, &args);
 	reserve = reserve_arg(fcinfo, 6);
 	buckets.requests = requests_from_arrays(PG_GETARG_ARRAYTYPE_P(1),
 											PG_ARGISNULL(2) ? NULL : PG_GETARG_ARRAYTYPE_P(2),
@@ -589,22 +608,21 @@ PG_FUNCTION_INFO_V1(tb_try_all);
 Datum
 tb_try_all(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_try_all", ARG_MAY_BE_NULL(1) | ARG_MAY_BE_NULL(2),
+	{"names", "costs", "reserve"}};
 	Installation inst = installation_of(fcinfo);
 	TupleDesc	desc;
-	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
-	Request    *requests = NULL;
+	Tuplestorestate *store;
+	Request    *requests;
 	int			n;
-	bool		granted = false;
+	bool		granted;
 	TimestampTz now = GetCurrentTimestamp();
 
-	/* NULL names: no rows */
-	n = 0;
-	if (!PG_ARGISNULL(0))
-	{
-		requests = requests_from_args(fcinfo, 2, &n);
-		granted = router_take(&inst, requests, n, now);
-		qsort(requests, n, sizeof(Request), request_position_cmp);
-	}
+	check_not_null(fcinfo, &args);
+	store = materialize_begin(fcinfo, &desc);
+	requests = requests_from_args(fcinfo, 2, &n);
+	granted = router_take(&inst, requests, n, now);
+	qsort(requests, n, sizeof(Request), request_position_cmp);
 
 	for (int i = 0; i < n; i++)
 	{
@@ -671,11 +689,13 @@ PG_FUNCTION_INFO_V1(tb_refund);
 Datum
 tb_refund(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_refund", 0, {"name", "tokens"}};
 	Installation inst = installation_of(fcinfo);
 	double		tokens = PG_GETARG_FLOAT8(1);
 
 	BucketCounters delta = {.refunded_tokens = tokens};
 
+	check_not_null(fcinfo, &args);
 	check_number("tokens", tokens, false);
 	PG_RETURN_FLOAT8(update_bucket(&inst, PG_GETARG_TEXT_PP(0), change_adjust,
 								   &tokens, &delta));
@@ -690,6 +710,7 @@ PG_FUNCTION_INFO_V1(tb_settle);
 Datum
 tb_settle(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_settle", 0, {"name", "reserved", "used"}};
 	Installation inst = installation_of(fcinfo);
 	double		reserved = PG_GETARG_FLOAT8(1);
 	double		used = PG_GETARG_FLOAT8(2);
@@ -697,6 +718,7 @@ tb_settle(PG_FUNCTION_ARGS)
 
 	BucketCounters delta = {0};
 
+	check_not_null(fcinfo, &args);
 	check_number("reserved", reserved, false);
 	check_number("used", used, false);
 	tokens = reserved - used;
@@ -715,9 +737,11 @@ PG_FUNCTION_INFO_V1(tb_sync);
 Datum
 tb_sync(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_sync", 0, {"name", "remaining"}};
 	Installation inst = installation_of(fcinfo);
 	double		remaining = PG_GETARG_FLOAT8(1);
 
+	check_not_null(fcinfo, &args);
 	check_number("remaining", remaining, false);
 	PG_RETURN_FLOAT8(update_bucket(&inst, PG_GETARG_TEXT_PP(0), change_lower,
 								   &remaining, NULL));
@@ -749,7 +773,10 @@ PG_FUNCTION_INFO_V1(tb_pause_until);
 Datum
 tb_pause_until(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_pause_until", 0, {"name", "until"}};
 	Installation inst = installation_of(fcinfo);
+
+	check_not_null(fcinfo, &args);
 	pause_until(&inst, PG_GETARG_TEXT_PP(0), PG_GETARG_TIMESTAMPTZ(1));
 	PG_RETURN_VOID();
 }
@@ -760,9 +787,11 @@ PG_FUNCTION_INFO_V1(tb_pause_for);
 Datum
 tb_pause_for(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_pause", 0, {"name", "duration"}};
 	Installation inst = installation_of(fcinfo);
 	double		usecs;
 
+	check_not_null(fcinfo, &args);
 	if (!interval_usecs(PG_GETARG_INTERVAL_P(1), &usecs))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -784,16 +813,34 @@ PG_FUNCTION_INFO_V1(tb_purge);
 Datum
 tb_purge(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_purge", 0, {"idle"}};
 	Installation inst = installation_of(fcinfo);
 	TimestampTz now = GetCurrentTimestamp();
 	double		usecs;
 
+	check_not_null(fcinfo, &args);
 	if (!interval_usecs(PG_GETARG_INTERVAL_P(0), &usecs) || usecs < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("idle must be a finite interval of zero or more")));
 	PG_RETURN_INT64((int64) (router_purge(&inst, timestamp_after(now, -usecs), now) +
 							 limit_purge(&inst, timestamp_after(now, -usecs), now)));
+}
+
+/*
+ * The name, capacity and refill rate of tb_create's and tb_ensure's
+ * arguments (name, capacity, refill, per), checked.
+ */
+static text *
+settings_from_args(FunctionCallInfo fcinfo, double *capacity, double *rate)
+{
+	text	   *name = PG_GETARG_TEXT_PP(0);
+
+	*capacity = PG_GETARG_FLOAT8(1);
+	check_name(name, ERRCODE_INVALID_PARAMETER_VALUE);
+	check_number("capacity", *capacity, true);
+	*rate = refill_rate_from(PG_GETARG_FLOAT8(2), PG_GETARG_INTERVAL_P(3));
+	return name;
 }
 
 PG_FUNCTION_INFO_V1(tb_create);
@@ -805,15 +852,14 @@ PG_FUNCTION_INFO_V1(tb_create);
 Datum
 tb_create(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_create", 0, {"name", "capacity", "refill", "per", "memory"}};
 	Installation inst = installation_of(fcinfo);
-	text	   *name = PG_GETARG_TEXT_PP(0);
-	double		capacity = PG_GETARG_FLOAT8(1);
+	text	   *name;
+	double		capacity;
 	double		rate;
 
-	check_name(name, ERRCODE_INVALID_PARAMETER_VALUE);
-	check_number("capacity", capacity, true);
-	rate = refill_rate_from(PG_GETARG_FLOAT8(2), PG_GETARG_INTERVAL_P(3));
-
+	check_not_null(fcinfo, &args);
+	name = settings_from_args(fcinfo, &capacity, &rate);
 	if (!router_create(&inst, name, capacity, rate,
 					   PG_NARGS() > 4 && PG_GETARG_BOOL(4)))
 		ereport(ERROR,
@@ -821,6 +867,29 @@ tb_create(PG_FUNCTION_ARGS)
 				 errmsg("token bucket \"%s\" already exists", text_to_cstring(name)),
 				 errhint("Change its settings with tb_alter(), or remove it with tb_drop().")));
 	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(tb_ensure);
+
+/*
+ * tb_ensure(name, capacity, refill, per, memory): tb_create's bucket, made
+ * when missing ('created'), given these settings when it has others
+ * ('changed', keeping its tokens as tb_alter does), or left as it is
+ * ('unchanged'): a set-up that a deploy can run again.
+ */
+Datum
+tb_ensure(PG_FUNCTION_ARGS)
+{
+	static const ArgsSpec args = {"tb_ensure", 0, {"name", "capacity", "refill", "per", "memory"}};
+	Installation inst = installation_of(fcinfo);
+	text	   *name;
+	double		capacity;
+	double		rate;
+
+	check_not_null(fcinfo, &args);
+	name = settings_from_args(fcinfo, &capacity, &rate);
+	PG_RETURN_TEXT_P(ensure_result_text(router_ensure(&inst, name, capacity, rate,
+													  PG_GETARG_BOOL(4))));
 }
 
 PG_FUNCTION_INFO_V1(tb_alter);
@@ -833,13 +902,15 @@ PG_FUNCTION_INFO_V1(tb_alter);
 Datum
 tb_alter(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_alter",
+		ARG_MAY_BE_NULL(1) | ARG_MAY_BE_NULL(2) | ARG_MAY_BE_NULL(3),
+	{"name", "capacity", "refill", "per"}};
 	Installation inst = installation_of(fcinfo);
 	text	   *name;
 	double		capacity = NAN;		/* NaN: keep */
 	double		refill_rate = NAN;
 
-	if (PG_ARGISNULL(0))
-		PG_RETURN_NULL();
+	check_not_null(fcinfo, &args);
 	name = PG_GETARG_TEXT_PP(0);
 
 	if (!PG_ARGISNULL(1))
@@ -875,7 +946,10 @@ PG_FUNCTION_INFO_V1(tb_reset);
 Datum
 tb_reset(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_reset", 0, {"name"}};
 	Installation inst = installation_of(fcinfo);
+
+	check_not_null(fcinfo, &args);
 	(void) update_bucket(&inst, PG_GETARG_TEXT_PP(0), change_reset, NULL, NULL);
 	PG_RETURN_VOID();
 }
@@ -904,9 +978,13 @@ PG_FUNCTION_INFO_V1(tb_drop);
 Datum
 tb_drop(PG_FUNCTION_ARGS)
 {
+	static const ArgsSpec args = {"tb_drop", 0, {"name"}};
 	Installation inst = installation_of(fcinfo);
-	bool		bucket = router_drop(&inst, PG_GETARG_TEXT_PP(0));
-	bool		limit = limit_drop(&inst, PG_GETARG_TEXT_PP(0));
+	bool		bucket;
+	bool		limit;
 
+	check_not_null(fcinfo, &args);
+	bucket = router_drop(&inst, PG_GETARG_TEXT_PP(0));
+	limit = limit_drop(&inst, PG_GETARG_TEXT_PP(0));
 	PG_RETURN_BOOL(bucket || limit);
 }

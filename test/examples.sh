@@ -43,7 +43,7 @@ sys.exit(0 if ($check) else 1)"; then
 example asyncio EXAMPLE_REQUESTS=150 -- \
 	'r["refused"] == 0 and r["timed_out"] == 0 and r["of_limit"] >= 0.5
 	and r["refused_in_flight"] == 0 and r["max_in_flight"] == r["inflight"] == 3' \
-	"150 concurrent requests through a lease and tb_acquire_wait: the provider refused none, for its rate or its cap of 3 at once, and served at least half its limit (the bucket is set at 90% of its rate and half its burst)"
+	"150 concurrent requests through a lease and a token taken client-side: the provider refused none, for its rate or its cap of 3 at once, and served at least half its limit (the bucket is set at 90% of its rate and half its burst)"
 example gateway EXAMPLE_SECONDS=3 -- \
 	'r["alice"].get("429", 0) > 0 and r["bob"].get("429", 0) == 0
 	and r["alice"]["retry_after"] == ["1"]

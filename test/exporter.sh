@@ -3,8 +3,10 @@
 # end to end.  Known traffic (100 grants and 50 denials on a table bucket,
 # 3 waits, grants and denials on per-key memory buckets), then Debian's
 # prometheus-postgres-exporter started against the test server with that
-# file, connected as a monitoring role granted SELECT on the two views and
-# EXECUTE on the functions behind them, nothing else, and /metrics scraped
+# file, connected as a monitoring role given what README.md's Prometheus
+# set-up gives it (its SQL block, run as written, with the extension in a
+# schema of its own, limits: SELECT on the views, and the role's
+# search_path), nothing else, and /metrics scraped
 # over loopback with curl: every number must be exact (a wait ended by
 # statement_timeout counted as cancelled), every counter a counter, and
 # the per-key buckets summed into their template's series rather than
@@ -29,10 +31,15 @@ cleanup() {
 trap cleanup EXIT
 source "$TOP/test/checks.sh"
 
-echo "1..16"
+# this script's own sessions find the extension in its schema; the
+# exporter's role only through what README.md gives it
+q() { PGOPTIONS="-c search_path=limits,public" psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
+
+echo "1..17"
 createdb "$DB"
 q <<'SQL' >/dev/null
-CREATE EXTENSION tokenbucket;
+CREATE SCHEMA limits;
+CREATE EXTENSION tokenbucket SCHEMA limits;
 SELECT tb_create('api', 100, 1, '1 hour'), tb_create('queue', 1, 2),
        tb_create('muser:*', 2, 1, '1 hour', memory => true);
 -- 150 calls on api: 100 granted, 50 denied
@@ -44,11 +51,6 @@ SELECT tb_acquire('queue'), tb_acquire_wait('queue', 1, '10 s'),
 SELECT count(tb_acquire('muser:' || k)) FROM generate_series(1, 5) AS k, generate_series(1, 3);
 -- a wait on a bucket an hour from its token, ended by statement_timeout
 SELECT tb_create('stuck', 1, 1, '1 hour'), tb_acquire('stuck');
-CREATE ROLE regress_tb_prometheus LOGIN;
-GRANT SELECT ON tb_stats, tb_template_stats TO regress_tb_prometheus;
-GRANT EXECUTE ON FUNCTION tb_memory_buckets(), tb_memory_leases(), tb_stats_counters(),
-	tb_memory_counters(), tb_template_counters(), tb_memory_templates(),
-	tb_limit_counters() TO regress_tb_prometheus;
 SELECT tb_create_limit('inflight', 2), tb_create_limit('minflight', 2, memory => true),
        tb_create_limit('mt:*', 1, memory => true);
 -- two per-key memory limits: 1 lease each, and 1 refused
@@ -80,6 +82,16 @@ for _ in $(seq 300); do
 done
 
 q -c "SET statement_timeout = 200" -c "SELECT tb_acquire_wait('stuck', 1, '1 hour')" >/dev/null 2>&1 || true
+
+# the monitoring role: README.md's block under "**Prometheus.**", as
+# written (its role named for the tests)
+/usr/bin/python3 - "$TOP/README.md" >"$WORK/grants.sql" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+block = re.search(r'\*\*Prometheus\.\*\*.*?```sql\n(.*?)```', text, re.S).group(1)
+print(re.sub(r'\bprometheus\b', 'regress_tb_prometheus', block))
+PY
+psql -X -q -v ON_ERROR_STOP=1 -d "$DB" -f "$WORK/grants.sql" >/dev/null
 
 # the exporter, as the monitoring role, on a free port of loopback
 PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -176,3 +188,6 @@ expect 15 "memory limit: the same, ended counted as each session exits" \
 expect 16 "memory limit template: mt:* sums its names (leases, refused), which are not exported one by one" \
 	"$(metric tokenbucket_limit_template_leases_total template 'mt:*') $(metric tokenbucket_limit_template_refused_total template 'mt:*') $(grep -c 'limit="mt:' "$METRICS" || true)" \
 	"2 1 0"
+expect 17 "the monitoring role was granted EXECUTE on no function (README gives it none)" \
+	"$(q -c "SELECT count(*) FROM pg_proc p, aclexplode(p.proacl) AS a
+	         WHERE a.grantee = 'regress_tb_prometheus'::regrole")" 0

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# test/memory.sh: memory and C safety.  Prints TAP.
+# test/memory.sh [CHECK...]: memory and C safety, every check below or
+# those named by number (make test runs 1 and the rest as two suites, side
+# by side).  Prints TAP.
 #
 #  1  a backend's memory (pg_backend_memory_contexts) stays flat across
 #     MEMORY_CALLS (default 20,000; 1,000,000 for the long run) calls of
@@ -34,15 +36,18 @@ DB=tb_memory
 WORK=$(mktemp -d)
 chmod 755 "$WORK"
 trap 'rm -rf "$WORK"; dropdb --if-exists "$DB" >/dev/null 2>&1 || true' EXIT
-echo "1..6"
+CHECKS=("$@")
+[ $# -gt 0 ] || CHECKS=(1 2 3 4 5 6)
+echo "1..${#CHECKS[@]}"
+n=0
+# wanted N: whether check N is to run
+wanted() { [[ " ${CHECKS[*]} " == *" $1 "* ]]; }
+# tap ok|"not ok" TEXT: the next TAP line
+tap() { n=$((n + 1)); echo "$1 $n - $2"; }
 
 createdb "$DB"
-psql -X -A -t -q -v ON_ERROR_STOP=1 -v calls="$MEMORY_CALLS" -d "$DB" >"$WORK/flat.out" 2>&1 <<'SQL' || true
+psql -X -q -v ON_ERROR_STOP=1 -d "$DB" >/dev/null <<'SQL'
 CREATE EXTENSION tokenbucket;
-SELECT tb_create('big', 1e9, 1e12), tb_create('other', 1e9, 1e12),
-       tb_create('empty', 1, 1e-9), tb_acquire('empty'), tb_create('key:*', 1e9, 1e12) \g /dev/null
-SELECT count(tb_acquire('key:' || n)) FROM generate_series(0, 99) AS n \g /dev/null
-SELECT tb_create('mbig', 1e9, 1e12, memory => true), tb_create('mkey:*', 1e9, 1e12, memory => true) \g /dev/null
 CREATE FUNCTION used() RETURNS bigint LANGUAGE sql
 	AS 'SELECT sum(used_bytes)::bigint FROM pg_backend_memory_contexts';
 -- run(call, n): call n times in this session, committing every 1000
@@ -56,6 +61,14 @@ BEGIN
 	END LOOP;
 	COMMIT;
 END $$;
+SQL
+
+if wanted 1; then
+psql -X -A -t -q -v ON_ERROR_STOP=1 -v calls="$MEMORY_CALLS" -d "$DB" >"$WORK/flat.out" 2>&1 <<'SQL' || true
+SELECT tb_create('big', 1e9, 1e12), tb_create('other', 1e9, 1e12),
+       tb_create('empty', 1, 1e-9), tb_acquire('empty'), tb_create('key:*', 1e9, 1e12) \g /dev/null
+SELECT count(tb_acquire('key:' || n)) FROM generate_series(0, 99) AS n \g /dev/null
+SELECT tb_create('mbig', 1e9, 1e12, memory => true), tb_create('mkey:*', 1e9, 1e12, memory => true) \g /dev/null
 -- in this order: tb_purge reads the whole table, so it runs before the
 -- others leave it bloated with dead row versions (a million tb_create and
 -- tb_drop pairs leave one that a million scans would take an hour to read)
@@ -100,15 +113,18 @@ if grep -q '^most: ' "$WORK/flat.out"; then
 	line=$(grep '^most: ' "$WORK/flat.out")
 	most=$(sed -n 's/^most: \(-\?[0-9]*\) bytes.*/\1/p' <<<"$line")
 	if [ "$most" -le 32768 ]; then
-		echo "ok 1 - backend memory flat: $line"
+		tap ok "backend memory flat: $line"
 	else
-		echo "not ok 1 - backend memory grew: $line"
+		tap "not ok" "backend memory grew: $line"
 	fi
 else
-	echo "not ok 1 - the memory run failed"
+	tap "not ok" "the memory run failed"
 	sed 's/^/# /' "$WORK/flat.out" | tail -n 20
 fi
 
+fi
+
+if wanted 2; then
 # 2: valgrind memcheck on a single-user backend: its own cluster, since
 # single-user mode needs the data directory to itself
 RUNAS=()
@@ -135,12 +151,15 @@ calls=$(grep -c 'tb_acquire = "t"' "$WORK/vg.out" || true)
 memory=$(grep -c 'm = "t"' "$WORK/vg.out" || true)
 if [ -s "$WORK/valgrind.log" ] && [ "$invalid" -eq 0 ] && [ "$ours" -eq 0 ] && [ "$calls" -ge 200 ] &&
 	[ "$memory" -ge 200 ]; then
-	echo "ok 2 - valgrind memcheck: $calls acquires on table and $memory on memory buckets in a single-user backend, no invalid read or write, no error in tokenbucket.so"
+	tap ok "valgrind memcheck: $calls acquires on table and $memory on memory buckets in a single-user backend, no invalid read or write, no error in tokenbucket.so"
 else
-	echo "not ok 2 - valgrind: $invalid invalid reads/writes, $ours reports in tokenbucket.so, $calls acquires, $memory on memory buckets"
+	tap "not ok" "valgrind: $invalid invalid reads/writes, $ours reports in tokenbucket.so, $calls acquires, $memory on memory buckets"
 	grep -B2 -A12 'Invalid \(read\|write\)\|tokenbucket.so' "$WORK/valgrind.log" | head -n 40 | sed 's/^/# /'
 fi
 
+fi
+
+if wanted 3; then
 # 3: many new names in one call: the shared buffers the call reads (hit or
 # read, as EXPLAIN (ANALYZE, BUFFERS) counts them, the SPI statements it
 # runs included), and memory as the backend's own peak resident size
@@ -178,12 +197,15 @@ read -r big small big_s small_s grew < <(tail -n 1 "$WORK/many.out") || true
 what="100,000 new names in one call read ${big:-?} buffers against ${small:-?} for 20,000 (at most 7.5x: 1.5x per name; ${big_s:-?} s against ${small_s:-?} s), peak RSS grew"
 if [ -n "${grew:-}" ] && [ "$grew" -ge 0 ] 2>/dev/null && [ "${small:-0}" -gt 0 ] 2>/dev/null &&
 	awk -v b="$big" -v s="$small" -v g="$grew" 'BEGIN { exit !(b <= 7.5 * s && g < 100 * 1024 * 1024) }'; then
-	echo "ok 3 - $what $((grew / 1024 / 1024)) MB (under 100 MB)"
+	tap ok "$what $((grew / 1024 / 1024)) MB (under 100 MB)"
 else
-	echo "not ok 3 - $what ${grew:-?} bytes (under 100 MB)"
+	tap "not ok" "$what ${grew:-?} bytes (under 100 MB)"
 	sed 's/^/# /' "$WORK/many.out" | tail -n 20
 fi
 
+fi
+
+if wanted 4; then
 # 4: a million memory grants in one session, committing every 1000 (what
 # an undo record of a grant keeps is freed at commit)
 psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DB" >"$WORK/million.out" 2>&1 <<'SQL' || true
@@ -195,12 +217,15 @@ SELECT used() - :before;
 SQL
 grew=$(tail -n 1 "$WORK/million.out")
 if [[ $grew =~ ^-?[0-9]+$ ]] && [ "$grew" -le 32768 ]; then
-	echo "ok 4 - a million grants from a memory bucket in one session: backend memory grew $grew bytes (at most 32768)"
+	tap ok "a million grants from a memory bucket in one session: backend memory grew $grew bytes (at most 32768)"
 else
-	echo "not ok 4 - a million memory grants: backend memory grew ${grew:-?} bytes (at most 32768)"
+	tap "not ok" "a million memory grants: backend memory grew ${grew:-?} bytes (at most 32768)"
 	sed 's/^/# /' "$WORK/million.out" | tail -n 20
 fi
 
+fi
+
+if wanted 5; then
 # 5: a million grants in one transaction, one statement, two buckets in
 # turn: measured before the commit, then rolled back
 psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DB" >"$WORK/onexact.out" 2>&1 <<'SQL' || true
@@ -215,12 +240,15 @@ SELECT :grew || ' ' || (SELECT round(min(tokens)) FROM tb_status WHERE name IN (
 SQL
 read -r grew tokens < <(tail -n 1 "$WORK/onexact.out") || true
 if [[ ${grew:-} =~ ^-?[0-9]+$ ]] && [ "$grew" -le 32768 ] && [ "${tokens:-}" = 1000000000 ]; then
-	echo "ok 5 - a million grants on two memory buckets in one statement grew the backend's memory $grew bytes (at most 32768), and the rollback gave them all back"
+	tap ok "a million grants on two memory buckets in one statement grew the backend's memory $grew bytes (at most 32768), and the rollback gave them all back"
 else
-	echo "not ok 5 - a million grants in one statement: memory grew ${grew:-?} bytes (at most 32768), tokens after rollback ${tokens:-?} (1000000000)"
+	tap "not ok" "a million grants in one statement: memory grew ${grew:-?} bytes (at most 32768), tokens after rollback ${tokens:-?} (1000000000)"
 	sed 's/^/# /' "$WORK/onexact.out" | tail -n 20
 fi
 
+fi
+
+if wanted 6; then
 # 6: the changes and the routed calls in one session, committing every
 # 1000 (a change in any other session resets the list the same way)
 psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DB" >"$WORK/routed.out" 2>&1 <<'SQL' || true
@@ -253,8 +281,9 @@ SELECT :grew || ' ' || :granted;
 SQL
 read -r grew granted < <(tail -n 1 "$WORK/routed.out") || true
 if [[ ${grew:-} =~ ^-?[0-9]+$ ]] && [ "$grew" -le 32768 ] && [ "${granted:-}" = 100000 ]; then
-	echo "ok 6 - 100,000 function changes, each followed by a routed call: backend memory grew $grew bytes (at most 32768), all 100000 calls granted"
+	tap ok "100,000 function changes, each followed by a routed call: backend memory grew $grew bytes (at most 32768), all 100000 calls granted"
 else
-	echo "not ok 6 - 100,000 function changes and routed calls: backend memory grew ${grew:-?} bytes (at most 32768), ${granted:-?} calls granted (100000)"
+	tap "not ok" "100,000 function changes and routed calls: backend memory grew ${grew:-?} bytes (at most 32768), ${granted:-?} calls granted (100000)"
 	sed 's/^/# /' "$WORK/routed.out" | tail -n 20
+fi
 fi

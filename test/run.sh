@@ -27,7 +27,9 @@
 #   xact          test/xact.sh: a memory lease released by a transaction
 #                 whose backend is terminated or killed stays its holder's;
 #                 PREPARE refused once, naming all it refuses
-#   memory        test/memory.sh: memory flat over many calls; valgrind
+#   memory        test/memory.sh 1: memory flat over many calls of every entry point
+#   memory-more   test/memory.sh 2-6: valgrind, many names in one call, a
+#                 million grants, routed calls
 #   exporter      test/exporter.sh: prometheus-postgres-exporter with
 #                 prometheus/tokenbucket.yaml, scraped over HTTP, exact
 #   proxy         proxy/test/proxy.sh: tokenbucket_proxy in front of three servers
@@ -45,6 +47,8 @@
 #   move          proxy/test/move.sh: four partitions on one server moved,
 #                 three of them, to two others under load: fenced calls
 #                 fail with class 08, no window overdrawn, each bucket once
+#   python        clients/python/test.sh: the Python client's pytest suite,
+#                 against the stand-in provider where it needs one
 #   examples/X    test/examples.sh X: examples/X in a short mode, with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
 #
@@ -61,13 +65,17 @@ source "$(dirname "$0")/../scripts/common.sh"
 
 EXAMPLE_PACKAGES=(python3-aiohttp python3-asyncpg python3-psycopg2 python3-celery
 	rabbitmq-server libdbd-pg-perl default-jdk-headless libpostgresql-jdbc-java)
+# the Python client's suite (clients/python), and the examples built on it
+PYTHON_PACKAGES=(python3-aiohttp python3-asyncpg python3-psycopg2 python3-celery
+	python3-psycopg python3-psycopg-pool python3-httpx python3-starlette python3-flask
+	python3-pytest python3-pytest-asyncio)
 command -v npm >/dev/null || EXAMPLE_PACKAGES+=(nodejs npm)
 case " ${TB_SKIP:-} " in *" examples "*) EXAMPLE_PACKAGES=() ;; esac
 # every package any suite needs, in one apt-get before anything runs: the
 # suites run side by side and must not wait for dpkg's lock (nor fail on it)
 tb_install_packages "postgresql-$PGVERSION-pgtap" libtap-parser-sourcehandler-pgtap-perl \
 	libipc-run-perl valgrind prometheus-postgres-exporter curl "postgresql-$PGVERSION-plproxy" \
-	"${EXAMPLE_PACKAGES[@]}"
+	"${EXAMPLE_PACKAGES[@]}" "${PYTHON_PACKAGES[@]}"
 tb_build_install
 # the examples' own run.sh builds and installs nothing more
 export TB_INSTALLED=1
@@ -164,7 +172,8 @@ suite_own() {	# suite_own LOG SCRIPT [ARG]
 # NAME FUNCTION [ARGS...], longest first (on this machine), so that the
 # long ones start at once and the short ones fill in beside them
 SUITES=(
-	"memory suite_shell test/memory"
+	"memory suite_shell test/memory 1"
+	"memory-more suite_shell test/memory 2 3 4 5 6"
 	"stress suite_shell test/stress"
 	"leases suite_shell test/leases table"
 	"leases-memory suite_shell test/leases memory"
@@ -173,6 +182,7 @@ SUITES=(
 	"examples/clients suite_own test/examples clients"
 	"proxy suite_own proxy/test/proxy"
 	"examples/asyncio suite_own test/examples asyncio"
+	"python suite_shell clients/python/test"
 	"pg_regress suite_pg_regress"
 	"examples/gateway suite_own test/examples gateway"
 	"hung suite_own proxy/test/hung"

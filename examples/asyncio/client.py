@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """The second article's case, with the limit in PostgreSQL: an asyncio
 client fires hundreds of concurrent requests at the provider through one
-aiohttp session; each first awaits tb_acquire_wait on the shared request
-bucket (through an asyncpg pool), so the provider never sees more than its
-limit, and nothing polls.  The provider also caps the requests it answers
-at once: each request first awaits a lease of one of --inflight slots
-(tb_lease_wait), released when its answer is in, so the provider never
-sees more than that many at once either, however many processes share
-the limit.
+aiohttp session wrapped by the tokenbucket package (clients/python): each
+request first takes a token from the shared request bucket, waiting
+client-side on the bucket's retry_after without holding a database
+connection, so the provider never sees more than its limit.  The provider
+also caps the requests it answers at once: each request first holds a
+lease of one of --inflight slots (tb_lease_wait), released when its answer
+is in, so the provider never sees more than that many at once either,
+however many processes share the limit.
 
     client.py --dsn DSN --provider URL --requests 300 --rpm 18 --burst 10 --window 1 --inflight 3
 
@@ -20,43 +21,36 @@ its limit, as JSON on the last line.
 """
 import argparse
 import asyncio
+import contextlib
 import datetime
 import json
 import time
 
+import os
+import sys
+
 import aiohttp
-import asyncpg
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../clients/python"))
+import tokenbucket  # noqa: E402
+from tokenbucket.aiohttp import LimitedSession  # noqa: E402
 
 
-async def one_request(session, pool, args, counts):
-    timeout = datetime.timedelta(seconds=args.timeout)
-    # The connection stays with the request until its slot is released:
-    # were it given back to the pool, every pooled connection could end up
-    # waiting for a slot while the requests holding the slots wait for a
-    # connection to release them with.
-    async with pool.acquire() as db:
-        lease = None
-        if args.inflight:
-            # one slot in flight, held by this connection's session until
-            # released, or until the session ends should this process die
-            lease = await db.fetchval("SELECT tb_lease_wait($1, timeout => $2)",
-                                      args.limit, timeout)
-            if lease is None:
-                counts["timed_out"] += 1
-                return
-        try:
-            granted = await db.fetchval("SELECT tb_acquire_wait($1, 1, $2)", args.bucket,
-                                        timeout)
-            if not granted:
-                counts["timed_out"] += 1
-                return
+async def one_request(session, slots, args, counts):
+    try:
+        # a slot in flight, held by one of the slots limiter's connections
+        # until released, or until its session ends should this process die
+        async with contextlib.AsyncExitStack() as stack:
+            if args.inflight:
+                await stack.enter_async_context(
+                    slots.lease(args.limit, timeout=args.timeout))
+            # a token (waiting client-side), then the call; a 429 would pause the bucket
             async with session.post(f"{args.provider}/v1/complete",
                                     json={"prompt_tokens": 10, "max_tokens": 20}) as answer:
                 await answer.read()
                 counts["ok" if answer.status == 200 else "refused"] += 1
-        finally:
-            if lease is not None:
-                await db.fetchval("SELECT tb_release($1)", lease)
+    except tokenbucket.RateLimited:
+        counts["timed_out"] += 1
 
 
 async def main():
@@ -75,8 +69,12 @@ async def main():
     parser.add_argument("--timeout", type=float, default=60)
     args = parser.parse_args()
 
-    pool = await asyncpg.create_pool(args.dsn, min_size=args.pool, max_size=args.pool)
-    async with pool.acquire() as db:
+    # two limiters: a lease holds its connection for its whole call, so the
+    # waits for slots get a pool of their own, and the waits for tokens,
+    # which hold no connection while they sleep, cannot be starved by them
+    slots = tokenbucket.AsyncLimiter(args.dsn, pool_size=args.pool)
+    rate = tokenbucket.AsyncLimiter(args.dsn, pool_size=5)
+    async with rate.connection() as db:
         # the provider's limit, as a bucket every client shares
         await db.execute("SELECT tb_drop($1)", args.bucket)
         await db.execute("SELECT tb_create($1, $2, $3, $4)", args.bucket, args.burst,
@@ -86,14 +84,15 @@ async def main():
             await db.execute("SELECT tb_drop($1)", args.limit)
             await db.execute("SELECT tb_create_limit($1, $2)", args.limit, args.inflight)
     counts = {"ok": 0, "refused": 0, "timed_out": 0}
-    async with aiohttp.ClientSession() as session:
-        await session.post(f"{args.provider}/reset")
+    async with LimitedSession(rate, {args.bucket: 1}, timeout=args.timeout) as session:
+        await session.session.post(f"{args.provider}/reset")
         started = time.monotonic()
-        await asyncio.gather(*(one_request(session, pool, args, counts)
+        await asyncio.gather(*(one_request(session, slots, args, counts)
                                for _ in range(args.requests)))
-        async with session.get(f"{args.provider}/stats") as answer:
+        async with session.session.get(f"{args.provider}/stats") as answer:
             stats = await answer.json()
-    await pool.close()
+    await slots.close()
+    await rate.close()
 
     elapsed = time.monotonic() - started
     # the most the provider allows over the run: a window's burst, then its rate

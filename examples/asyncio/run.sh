@@ -3,7 +3,8 @@
 # throwaway PostgreSQL with tokenbucket and the stand-in provider, fires
 # EXAMPLE_REQUESTS concurrent requests through aiohttp, each awaiting a
 # lease of one of PROVIDER_CONCURRENCY slots (the provider's cap on
-# requests at once) and tb_acquire_wait first, and prints what the
+# requests at once) and a token (the Python client's LimitedSession,
+# waiting client-side) first, and prints what the
 # provider served and refused.
 source "$(dirname "$0")/../../scripts/common.sh"
 : "${EXAMPLE_REQUESTS:=300}"
@@ -17,7 +18,7 @@ tb_start_server
 psql -q -X -c "CREATE EXTENSION tokenbucket"
 tb_start_provider --rpm "$PROVIDER_RPS" --tpm 1e9 --window 1 \
 	--concurrency "$PROVIDER_CONCURRENCY" --latency 0.1
-say "$EXAMPLE_REQUESTS concurrent requests, each awaiting a lease (tb_lease_wait) and tb_acquire_wait"
+say "$EXAMPLE_REQUESTS concurrent requests, each awaiting a lease (tb_lease_wait) and a token (client-side)"
 /usr/bin/python3 "$TOP/examples/asyncio/client.py" \
 	--dsn "postgresql://postgres@/postgres?host=$PGHOST&port=$PGPORT" \
 	--provider "$PROVIDER_URL" --requests "$EXAMPLE_REQUESTS" \

@@ -3,7 +3,8 @@
 # article's setup, for real: RabbitMQ as broker, a prefork pool of Celery
 # workers, EXAMPLE_TASKS tasks calling the stand-in provider (limits of
 # PROVIDER_RPS requests and PROVIDER_TPS tokens a second).  Runs twice:
-# with the limiter (tb_acquire_all_wait, tb_settle, tb_pause), then
+# with the limiter (the Python client's Celery decorator: tb_try_all, a
+# retry with countdown when refused, tb_sync, tb_settle, tb_pause), then
 # without, and prints what the provider served and refused each time.
 source "$(dirname "$0")/../../scripts/common.sh"
 : "${EXAMPLE_TASKS:=200}"

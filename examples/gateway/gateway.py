@@ -1,56 +1,50 @@
 #!/usr/bin/python3
-"""The third article's case, atomic: an HTTP API that gives each user a
+"""The third article's case, atomic: a Flask API that gives each user a
 bucket made on first use from the template 'user:*' (the DBA creates it,
-see run.sh), and answers 429 Too Many Requests with Retry-After and
-X-RateLimit-Remaining from tb_try when the user's bucket is empty.
+see run.sh), through the tokenbucket package's WSGI middleware: 429 Too
+Many Requests with Retry-After and RateLimit when the user's bucket is
+empty, 400 for a key that could not be a user's.
 
     gateway.py --dsn DSN --port 8401
 
-GET /hello?user=KEY  200 or 429, with X-RateLimit-Remaining (and
-                     Retry-After, in whole seconds rounded up, on a 429);
+GET /hello?user=KEY  200 or 429, with RateLimit ("default";r=<left>;t=<s>)
+                     and Retry-After in whole seconds rounded up on a 429;
                      400 when KEY is missing or not 1 to 64 of A-Z a-z 0-9 _ . -
 """
 import argparse
-import math
-import re
+import os
+import signal
+import socketserver
+import sys
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-import asyncpg
-from aiohttp import web
+from flask import Flask, request
 
-# The key becomes part of a bucket name, so it is untrusted input: a key
-# ending in '*' would name the template itself (refused by tb_try with
-# 22023, a 500 here), a long one would exceed the 1024-byte limit.  Only
-# what a user id or an API key is made of passes; see README.md.
-KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../clients/python"))
+import tokenbucket  # noqa: E402
+from tokenbucket.middleware import WSGIMiddleware, from_query  # noqa: E402
 
 
-def make_app(args):
-    async def startup(app):
-        # the gateway's role only takes tokens: tb_try is PUBLIC's
-        app["pool"] = await asyncpg.create_pool(args.dsn, min_size=2, max_size=10)
+def make_app(dsn):
+    app = Flask("gateway")
 
-    async def cleanup(app):
-        await app["pool"].close()
+    @app.get("/hello")
+    def hello():
+        return f"hello, {request.args['user']}\n"
 
-    async def hello(request):
-        user = request.query.get("user", "")
-        if not KEY.fullmatch(user):
-            return web.Response(status=400, text="user must be 1 to 64 of A-Z a-z 0-9 _ . -\n")
-        async with request.app["pool"].acquire() as db:
-            row = await db.fetchrow(
-                "SELECT granted, remaining, retry_after_seconds FROM tb_try($1)", "user:" + user)
-        headers = {"X-RateLimit-Remaining": str(max(0, math.floor(row["remaining"])))}
-        if not row["granted"]:
-            # whole seconds, rounded up: a client that waits that long finds its token
-            headers["Retry-After"] = str(math.ceil(row["retry_after_seconds"]))
-            return web.Response(status=429, text="Too Many Requests\n", headers=headers)
-        return web.Response(text=f"hello, {user}\n", headers=headers)
-
-    app = web.Application()
-    app.on_startup.append(startup)
-    app.on_cleanup.append(cleanup)
-    app.router.add_get("/hello", hello)
+    # the whole limiter: the gateway's role only takes tokens (tb_try is PUBLIC's)
+    app.wsgi_app = WSGIMiddleware(app.wsgi_app, tokenbucket.Limiter(dsn),
+                                  key=from_query("user"), prefix="user:", required=True)
     return app
+
+
+class Server(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class Quiet(WSGIRequestHandler):
+    def log_message(self, *args):
+        pass
 
 
 def main():
@@ -58,7 +52,9 @@ def main():
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--port", type=int, default=8401)
     args = parser.parse_args()
-    web.run_app(make_app(args), host="127.0.0.1", port=args.port, print=None)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))     # stopped by run.sh: a clean end
+    make_server("127.0.0.1", args.port, make_app(args.dsn), server_class=Server,
+                handler_class=Quiet).serve_forever()
 
 
 if __name__ == "__main__":

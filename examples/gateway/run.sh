@@ -6,7 +6,7 @@
 source "$(dirname "$0")/../../scripts/common.sh"
 : "${EXAMPLE_SECONDS:=5}"
 
-tb_install_packages python3-aiohttp python3-asyncpg
+tb_install_packages python3-aiohttp python3-asyncpg python3-flask python3-psycopg
 tb_build_install
 say "starting a throwaway PostgreSQL and the gateway"
 tb_start_server

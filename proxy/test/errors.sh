@@ -163,7 +163,7 @@ got=$(px_psql proxy tb_old -c "SELECT extversion FROM pg_extension WHERE extname
 	-c "SELECT has_function_privilege('regress_refunder', 'tb_routed_refund(text, float8)', 'EXECUTE'),
 	           has_function_privilege('public', 'tb_routed_refund(text, float8)', 'EXECUTE'),
 	           has_function_privilege('public', 'tb_routed_acquire(text)', 'EXECUTE')")
-if [ "$got" = "$(printf '1.3\nt|f|t')" ]; then
+if [ "$got" = "$(printf '1.4\nt|f|t')" ]; then
 	ok "an update from 1.2 grants tb_routed_refund to who may refund, not to PUBLIC"
 else
 	not_ok "the update's grants" "$got"

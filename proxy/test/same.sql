@@ -18,7 +18,8 @@ SELECT tb_create('fast', 1, 1000);
 SELECT tb_create('api', 1, 1);
 SELECT tb_create('', 1, 1);
 SELECT tb_create('bad', -1, 1);
-SELECT tb_create(NULL, 1, 1) IS NULL;
+SELECT tb_create(NULL, 1, 1);
+SELECT tb_create('bad', 1, NULL);
 
 -- spending
 SELECT tb_acquire('api'), tb_acquire('api', 4), tb_acquire('api', 6), tb_acquire('api', 5);
@@ -33,7 +34,10 @@ SELECT tb_acquire('muser:' || k) FROM generate_series(1, 6) AS k, generate_serie
 SELECT tb_acquire('nope');
 SELECT tb_acquire('user:*');
 SELECT tb_acquire('api', 'NaN');
-SELECT tb_acquire(NULL) IS NULL, tb_acquire('api', NULL) IS NULL;
+SELECT tb_acquire(NULL);
+SELECT tb_acquire('api', NULL);
+SELECT * FROM tb_try(NULL);
+SELECT granted FROM tb_peek('api', NULL);
 
 -- a reserve: granted while that share of the capacity is left after
 SELECT tb_reset('api');
@@ -44,7 +48,7 @@ FROM tb_try('api', 0.5, reserve => 0.2);
 SELECT granted, round(remaining::numeric, 2) AS remaining FROM tb_peek('api', 0.1, reserve => 0.2);
 SELECT tb_acquire('api', 9, reserve => 0.2);
 SELECT tb_acquire('api', 1, reserve => 1);
-SELECT tb_acquire('api', 1, NULL) IS NULL;
+SELECT tb_acquire('api', 1, NULL), (SELECT granted FROM tb_try('api', 1, NULL));
 SELECT tb_acquire_all(ARRAY['{u1}:rpm', '{u1}:tpm'], ARRAY[2, 80], reserve => 0.2),
        tb_acquire_all(ARRAY['{u1}:rpm', '{u1}:tpm'], ARRAY[1, 80], reserve => 0.2);
 SELECT name, granted, round(remaining::numeric, 2) AS remaining
@@ -71,7 +75,9 @@ SELECT tb_acquire_all(ARRAY['{u1}:rpm', '{u1}:rpm']);
 SELECT tb_acquire_all(ARRAY['{u1}:rpm'], ARRAY[1, 2]);
 SELECT tb_acquire_all(ARRAY['{u1}:nope']);
 SELECT tb_acquire_all('{}');
-SELECT tb_acquire_all(NULL) IS NULL;
+SELECT tb_acquire_all(NULL);
+SELECT tb_acquire_all_wait(NULL, NULL, '1 s');
+SELECT * FROM tb_try_all(NULL);
 SELECT * FROM tb_try_all(ARRAY['{u1}:tpm', NULL]);
 
 -- giving back, settling, syncing, pausing, resetting
@@ -80,6 +86,10 @@ SELECT round(tb_settle('{u1}:tpm', 10, 4)::numeric, 2), round(tb_settle('{u1}:tp
 SELECT round(tb_sync('api', 1)::numeric, 2), round(tb_sync('api', 5)::numeric, 2);
 SELECT tb_refund('api', -1);
 SELECT tb_settle('nope', 1, 1);
+SELECT tb_settle('api', 1, NULL);
+SELECT tb_refund(NULL, 1);
+SELECT tb_pause('api', NULL);
+SELECT tb_reset(NULL);
 SELECT tb_pause('api', '1 hour');
 SELECT granted, round(retry_after_seconds / 60) AS minutes FROM tb_try('api', 0);
 SELECT tb_pause_until('api', 'infinity');
@@ -95,7 +105,7 @@ SELECT tb_alter('api', capacity => 20);
 SELECT tb_alter('user:*', capacity => 5, refill => 1, per => '500 hours');
 SELECT tb_alter('api', per => '1 s');
 SELECT tb_alter('nope', 1);
-SELECT tb_alter(NULL) IS NULL;
+SELECT tb_alter(NULL);
 
 -- what there is: the proxy asks every shard; a template is on each, and
 -- DISTINCT shows it once
@@ -111,6 +121,8 @@ SELECT tb_alter('user:*', refill => 1e6);
 SELECT pg_sleep(0.01);
 SELECT tb_purge('0 s');
 SELECT tb_purge('-1 s');
+SELECT tb_purge(NULL);
+SELECT tb_drop(NULL);
 SELECT tb_drop('api'), tb_drop('api'), tb_drop('muser:*'), tb_drop('user:*');
 SELECT count(*) AS buckets_left FROM tb_status WHERE name IN ('api', 'user:*', 'muser:*')
    OR name LIKE 'user:%' OR name LIKE 'muser:%';

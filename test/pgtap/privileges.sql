@@ -17,7 +17,6 @@ GRANT EXECUTE ON FUNCTION tb_create(text, float8, float8, interval, boolean),
 	tb_alter(text, float8, float8, interval), tb_reset(text), tb_drop(text)
 	TO regress_tb_admin;
 GRANT SELECT ON tb_status TO regress_tb_admin;
-GRANT EXECUTE ON FUNCTION tb_memory_buckets(), tb_memory_leases() TO regress_tb_admin;
 -- the README's grant block for a worker that also settles and pauses
 GRANT EXECUTE ON FUNCTION tb_refund(text, float8), tb_settle(text, float8, float8),
 	tb_sync(text, float8), tb_pause(text, interval),

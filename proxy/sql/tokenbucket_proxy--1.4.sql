@@ -1,4 +1,4 @@
-/* tokenbucket_proxy--1.3.sql: tokenbucket's API on a proxy database. */
+/* tokenbucket_proxy--1.4.sql: tokenbucket's API on a proxy database. */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION tokenbucket_proxy" to load this file. \quit
@@ -11,12 +11,15 @@
 -- bucket runs, whole, on the one shard (partition) that holds it; the
 -- shard's tokenbucket does the work exactly as it does for a direct call,
 -- and the proxy relays its answer or its error.  The shards run tokenbucket
--- 1.7 or later and tokenbucket_shard, in the schema this extension is in,
+-- 1.7 or later (1.8 to refuse a NULL to tb_create, tb_alter, tb_drop and
+-- tb_purge) and tokenbucket_shard, in the schema this extension is in,
 -- where PL/Proxy calls them: create all three in the same one (public by
--- default).  Leases are not proxied.
+-- default).  The proxy server needs tokenbucket's library (not the
+-- extension) for the bound on a call.  Leases are not proxied.
 --
--- In this order: routing; the cluster as PL/Proxy reads it; the errors of
--- the calls on buckets; those calls, made from one list; making, changing,
+-- In this order: routing; the cluster as PL/Proxy reads it; the bound on a
+-- call and the errors of the calls on buckets; those calls, made from one
+-- list; making, changing,
 -- dropping and purging; every shard's tb_status; counters across the
 -- shards; moving a partition to another database; what is kept from
 -- PUBLIC.
@@ -335,37 +338,83 @@ COMMENT ON FUNCTION @extschema@.tb_routed_raise(text[]) IS
 	'raise the error {SQLSTATE, message, detail, hint} that a shard returned as data';
 
 --
+-- The bound on a call on a bucket (tokenbucket.proxy_timeout, a setting of
+-- tokenbucket's library, which the proxy server must have: make install
+-- puts it there).  PL/Proxy waits for a shard's answer as long as the
+-- statement lasts, and a SET statement_timeout inside a function counts
+-- from the next statement only, so a shard that accepts and never
+-- answers, or a frozen shard backend, held a caller with no
+-- statement_timeout for ever.  tb_proxy_bound arms a timer of this
+-- backend's own for the call: when it passes, the statement is cancelled
+-- as statement_timeout would cancel it (PL/Proxy then cancels the call on
+-- the shard), and once more a second later, for a frozen shard that does
+-- not answer that cancel either (when the cluster has no query_timeout).
+-- A wait's own timeout is added to it; a wait without one has no bound but
+-- statement_timeout.  tb_proxy_unbound ends it, and says whether it
+-- passed.
+--
+CREATE FUNCTION @extschema@.tb_proxy_bound(kind text, timeout interval)
+RETURNS void
+AS '$libdir/tokenbucket', 'tb_proxy_bound'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_proxy_bound(text, interval) IS
+	'bound the routed call about to be made: cancel it after tokenbucket.proxy_timeout (for a wait, after its timeout and that)';
+
+CREATE FUNCTION @extschema@.tb_proxy_unbound()
+RETURNS boolean
+AS '$libdir/tokenbucket', 'tb_proxy_unbound'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_proxy_unbound() IS
+	'end the bound of tb_proxy_bound: whether it passed';
+
+--
 -- What a call on a bucket does when its PL/Proxy function failed (attempt
 -- 1 or 2; kind: 'read' for tb_peek, 'wait' for the calls that wait,
--- 'write' for the others): returns when the call is to be run once more,
--- else raises.
---   * PL/Proxy could not connect (PQconnectStart, PQconnectPoll: refused,
---     the shard starting up or shutting down): 08001, the call did nothing.
+-- 'write' for the others): returns when the call is to be run once more
+-- (its bound goes on), else ends the call's bound and raises.
 --   * The call was not sent (PQsendQueryParams, PQflush), or the shard ended
 --     the session before it ran it (57P01, 57P02, 57P03 from the shard: a
 --     restart; the call's transaction there did not commit): run once more
 --     on a new connection, then 08006.
+--   * PL/Proxy could not connect (PQconnectStart, PQconnectPoll: refused,
+--     the shard starting up or shutting down): 08001, the call did nothing.
 --   * The connection was lost while the call ran (PQconsumeInput), or the
 --     shard did not answer PL/Proxy's cancel within the cluster's
 --     query_timeout: 08006, and the call may have been done; a tb_peek is
 --     run once more after a lost connection.
---   * The statement's statement_timeout passed while a call that does not
---     wait was on its way (a shard that does not answer: PL/Proxy gave up
---     connecting, or cancelled the call there): 08006, most likely nothing
---     done.  A call that waits keeps 57014: its wait may simply have
---     lasted.
+--   * The call's bound passed (a shard that does not answer: PL/Proxy gave
+--     up connecting, or cancelled the call there), or the statement's
+--     statement_timeout passed while a call that does not wait was on its
+--     way: 08006, most likely nothing done.  A call that waits keeps 57014
+--     for statement_timeout: its wait may simply have lasted.
 --   * Anything else is raised again as it came.
 --
 CREATE FUNCTION @extschema@.tb_routed_failed(name text, attempt int4, kind text,
 	code text, message text, detail text, hint text)
 RETURNS void
-LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
 	failed text[] := pg_catalog.regexp_match(message,
 		'^PL/Proxy function [^ ]+\([0-9]+\): (\[[^]]*\] ([A-Za-z]+): |query timeout$|connect timeout to: )');
 	timeout text := pg_catalog.current_setting('statement_timeout');
+	not_sent boolean := (code OPERATOR(pg_catalog.=) 'XX000'
+		AND failed[2] OPERATOR(pg_catalog.=) ANY (ARRAY['PQsendQueryParams', 'PQflush']))
+		OR (code OPERATOR(pg_catalog.=) ANY (ARRAY['57P01', '57P02', '57P03'])
+			AND message OPERATOR(pg_catalog.~) '^[^ ]+\([0-9]+\): \[[^]]*\] REMOTE ');
+	lost boolean := code OPERATOR(pg_catalog.=) 'XX000'
+		AND (failed[2] OPERATOR(pg_catalog.=) 'PQconsumeInput'
+			 OR failed[1] OPERATOR(pg_catalog.=) 'query timeout');
+	bound_passed boolean;
 BEGIN
+	IF attempt OPERATOR(pg_catalog.=) 1
+	   AND (not_sent OR (lost AND kind OPERATOR(pg_catalog.=) 'read'
+						 AND failed[2] OPERATOR(pg_catalog.=) 'PQconsumeInput')) THEN
+		RETURN;
+	END IF;
+	bound_passed := @extschema@.tb_proxy_unbound();
 	IF code OPERATOR(pg_catalog.=) 'XX000'
 	   AND (failed[2] OPERATOR(pg_catalog.=) ANY (ARRAY['PQconnectStart', 'PQconnectPoll'])
 			OR failed[1] OPERATOR(pg_catalog.=) 'connect timeout to: ') THEN
@@ -374,29 +423,24 @@ BEGIN
 				  DETAIL = message,
 				  HINT = 'The call reached no shard and did nothing: it may be retried.';
 	END IF;
-	IF (code OPERATOR(pg_catalog.=) 'XX000'
-		AND failed[2] OPERATOR(pg_catalog.=) ANY (ARRAY['PQsendQueryParams', 'PQflush']))
-	   OR (code OPERATOR(pg_catalog.=) ANY (ARRAY['57P01', '57P02', '57P03'])
-		   AND message OPERATOR(pg_catalog.~) '^[^ ]+\([0-9]+\): \[[^]]*\] REMOTE ') THEN
-		IF attempt OPERATOR(pg_catalog.=) 1 THEN
-			RETURN;
-		END IF;
+	IF not_sent THEN
 		RAISE EXCEPTION 'lost the connection to the shard of token bucket "%"', name
 			USING ERRCODE = 'connection_failure',
 				  DETAIL = message,
 				  HINT = 'The shard ended the session before the call ran, on a new connection too: the call did nothing, and may be retried.';
 	END IF;
-	IF code OPERATOR(pg_catalog.=) 'XX000'
-	   AND (failed[2] OPERATOR(pg_catalog.=) 'PQconsumeInput'
-			OR failed[1] OPERATOR(pg_catalog.=) 'query timeout') THEN
-		IF kind OPERATOR(pg_catalog.=) 'read' AND attempt OPERATOR(pg_catalog.=) 1
-		   AND failed[2] OPERATOR(pg_catalog.=) 'PQconsumeInput' THEN
-			RETURN;
-		END IF;
+	IF lost THEN
 		RAISE EXCEPTION 'lost the connection to the shard of token bucket "%"', name
 			USING ERRCODE = 'connection_failure',
 				  DETAIL = message,
 				  HINT = 'The call may be retried, but the shard may have done it before it stopped answering.';
+	END IF;
+	IF code OPERATOR(pg_catalog.=) '57014' AND bound_passed THEN
+		RAISE EXCEPTION 'the shard of token bucket "%" did not answer within tokenbucket.proxy_timeout (%)', name,
+			pg_catalog.current_setting('tokenbucket.proxy_timeout')
+			USING ERRCODE = 'connection_failure',
+				  DETAIL = 'PL/Proxy gave up connecting to it, or cancelled the call there.',
+				  HINT = 'The call most likely did nothing: it may be retried.';
 	END IF;
 	IF code OPERATOR(pg_catalog.=) '57014' AND kind OPERATOR(pg_catalog.<>) 'wait'
 	   AND timeout OPERATOR(pg_catalog.<>) '0'
@@ -434,16 +478,19 @@ COMMENT ON FUNCTION @extschema@.tb_routed_failed(text, int4, text, text, text, t
 --     ($1::text) and takes the columns by name.  Those of the calls that
 --     return nothing, whose one column is error, leave the statement to
 --     PL/Proxy.
---   * tb_<f>, with tokenbucket's signature, in plpgsql: it calls
---     tb_routed_<f>, twice at most (tb_routed_failed says whether a call
---     that failed on its way runs once more), and raises an error
---     returned as data with tb_routed_raise.
+--   * tb_<f>, with tokenbucket's signature, in plpgsql: it refuses a NULL
+--     where tokenbucket 1.8 refuses one (22004, the same message), bounds
+--     the call (tb_proxy_bound), calls tb_routed_<f>, twice at most
+--     (tb_routed_failed says whether a call that failed on its way runs
+--     once more), and raises an error returned as data with
+--     tb_routed_raise.  It is never STRICT, as tokenbucket's are not.
 -- The same statements make every pair, so that no two drift apart; made
 -- by EXECUTE during CREATE EXTENSION, they belong to the extension like
 -- any other object of this script.  Their text is, to the character, that
--- of tokenbucket_proxy--1.2--1.3.sql, which writes each pair out:
--- proxy/test/errors.sh checks that a fresh install has the objects of an
--- update from each earlier version.
+-- of tokenbucket_proxy--1.2--1.3.sql, which writes each pair out, and for
+-- tb_<f> that of tokenbucket_proxy--1.3--1.4.sql, which makes them again
+-- from this list: proxy/test/errors.sh checks that a fresh install has the
+-- objects of an update from each earlier version.
 --
 -- The columns of the list:
 --   f           the function's name without tb_
@@ -451,16 +498,20 @@ COMMENT ON FUNCTION @extschema@.tb_routed_failed(text, int4, text, text, text, t
 --               them without).  The first routes: name through tb_route,
 --               names through tb_route_all (names[1] then names the bucket
 --               to tb_routed_failed).
+--   nulls       the arguments that may be NULL (tokenbucket gives their
+--               NULL a meaning); a STRICT tb_routed_<f> is given 0 for a
+--               NULL reserve, which is none too
 --   shape       what tb_<f> returns: 'value' (one, of the type result),
 --               'row' (the columns result, as OUT arguments), 'rows' (a
 --               table of the columns result), 'void'; tb_routed_<f>
 --               returns the same with a column error text[] added (the
 --               value in a column result)
 --   result      that type, or those columns ("name type, ...")
---   strictness  'STRICT' or 'CALLED ON NULL INPUT', for both functions
+--   strictness  'STRICT' or 'CALLED ON NULL INPUT', for tb_routed_<f>
 --   kind        for tb_routed_failed: 'read' (tb_peek, run once more
 --               after a lost connection), 'wait' (the calls that wait,
---               whose statement_timeout stays 57014), 'write' (the others)
+--               whose statement_timeout stays 57014, and whose bound
+--               counts from their timeout), 'write' (the others)
 --   comment     tb_<f>'s comment (tb_routed_<f>'s says the same of each)
 --
 DO $make$
@@ -469,7 +520,9 @@ DECLARE
 	answer constant text := 'granted boolean, remaining float8, retry_after interval, reset_after interval, retry_after_seconds float8, reset_after_seconds float8';
 	c record;
 	signature text;			-- the arguments without their defaults
+	names text[];			-- the arguments' names
 	routed text;			-- tb_routed_<f>(arg, ...), the call on both sides
+	wrapped text;			-- the same, as tb_<f> calls it
 	route text;				-- RUN ON's function
 	bucket text;			-- what names the bucket to tb_routed_failed
 	out_columns text;		-- result as OUT arguments
@@ -479,74 +532,88 @@ DECLARE
 	params text;			-- tb_<f>'s arguments (and OUT columns)
 	returns text;
 	declared text;			-- tb_<f>'s variables besides detail and hint
+	checks text;			-- its checks of the arguments that may not be NULL
 	calling text;			-- its call of tb_routed_<f>, in the loop
 	failure text;			-- where it finds an error returned as data
 	answers text;			-- its statements at the end
 BEGIN
 	FOR c IN
 		SELECT * FROM (VALUES
-		('acquire', 'name text',
+		('acquire', 'name text', '',
 		 'value', 'boolean', 'STRICT', 'write',
 		 'take 1 token from the bucket on its shard: true, or false (taking nothing)'),
-		('acquire', 'name text, cost float8',
+		('acquire', 'name text, cost float8', '',
 		 'value', 'boolean', 'STRICT', 'write',
 		 'take cost tokens from the bucket on its shard: true, or false (taking nothing)'),
-		('acquire', 'name text, cost float8, reserve float8',
+		('acquire', 'name text, cost float8, reserve float8', 'reserve',
 		 'value', 'boolean', 'STRICT', 'write',
 		 'take cost tokens from the bucket on its shard if it holds them and reserve x capacity besides: true, or false (taking nothing)'),
-		('try', 'name text, cost float8 DEFAULT 1',
+		('try', 'name text, cost float8 DEFAULT 1', '',
 		 'row', answer, 'STRICT', 'write',
 		 'tb_acquire on the bucket''s shard, with the tokens remaining and how long until a retry can succeed and until the bucket is full'),
-		('try', 'name text, cost float8, reserve float8',
+		('try', 'name text, cost float8, reserve float8', 'reserve',
 		 'row', answer, 'STRICT', 'write',
 		 'tb_acquire with a reserve on the bucket''s shard, with the tokens remaining and how long until a retry can succeed and until the bucket is full'),
-		('peek', 'name text, cost float8 DEFAULT 1',
+		('peek', 'name text, cost float8 DEFAULT 1', '',
 		 'row', answer, 'STRICT', 'read',
 		 'what tb_try would answer now on the bucket''s shard, taking nothing'),
-		('peek', 'name text, cost float8, reserve float8',
+		('peek', 'name text, cost float8, reserve float8', 'reserve',
 		 'row', answer, 'STRICT', 'read',
 		 'what tb_try with a reserve would answer now on the bucket''s shard, taking nothing'),
-		('acquire_wait', 'name text, cost float8 DEFAULT 1, timeout interval DEFAULT NULL',
+		('acquire_wait', 'name text, cost float8 DEFAULT 1, timeout interval DEFAULT NULL', 'timeout',
 		 'value', 'boolean', 'CALLED ON NULL INPUT', 'wait',
 		 'wait on the bucket''s shard until cost tokens can be taken (true) or timeout passes (false); the proxy''s statement_timeout bounds it too'),
-		('acquire_all', 'names text[], costs float8[] DEFAULT NULL',
+		('acquire_all', 'names text[], costs float8[] DEFAULT NULL', 'costs',
 		 'value', 'boolean', 'CALLED ON NULL INPUT', 'write',
 		 'take costs[i] from every bucket or from none, on the one shard their shard key names'),
-		('acquire_all', 'names text[], costs float8[], reserve float8',
+		('acquire_all', 'names text[], costs float8[], reserve float8', 'costs reserve',
 		 'value', 'boolean', 'CALLED ON NULL INPUT', 'write',
 		 'take costs[i] from every bucket, each keeping reserve x its capacity, or from none, on the one shard their shard key names'),
-		('acquire_all_wait', 'names text[], costs float8[] DEFAULT NULL, timeout interval DEFAULT NULL',
+		('acquire_all_wait', 'names text[], costs float8[] DEFAULT NULL, timeout interval DEFAULT NULL', 'costs timeout',
 		 'value', 'boolean', 'CALLED ON NULL INPUT', 'wait',
 		 'tb_acquire_all, waiting on the buckets'' shard as tb_acquire_wait does'),
-		('try_all', 'names text[], costs float8[] DEFAULT NULL',
+		('try_all', 'names text[], costs float8[] DEFAULT NULL', 'costs',
 		 'rows', pg_catalog.format('name text, %s', answer), 'CALLED ON NULL INPUT', 'write',
 		 'tb_acquire_all with a row per bucket, on the one shard their shard key names'),
-		('try_all', 'names text[], costs float8[], reserve float8',
+		('try_all', 'names text[], costs float8[], reserve float8', 'costs reserve',
 		 'rows', pg_catalog.format('name text, %s', answer), 'CALLED ON NULL INPUT', 'write',
 		 'tb_acquire_all with a reserve and a row per bucket, on the one shard their shard key names'),
-		('refund', 'name text, tokens float8',
+		('refund', 'name text, tokens float8', '',
 		 'value', 'float8', 'STRICT', 'write',
 		 'give unused tokens back to the bucket on its shard; returns the tokens it holds'),
-		('settle', 'name text, reserved float8, used float8',
+		('settle', 'name text, reserved float8, used float8', '',
 		 'value', 'float8', 'STRICT', 'write',
 		 'refund reserved - used, or take used - reserved more, on the bucket''s shard; returns the tokens it holds'),
-		('sync', 'name text, remaining float8',
+		('sync', 'name text, remaining float8', '',
 		 'value', 'float8', 'STRICT', 'write',
 		 'lower the tokens of the bucket on its shard to what the provider reports remaining; returns the tokens it holds'),
-		('pause', 'name text, duration interval',
+		('pause', 'name text, duration interval', '',
 		 'void', NULL, 'STRICT', 'write',
 		 'no grants from the bucket on its shard for this long'),
-		('pause_until', 'name text, until timestamptz',
+		('pause_until', 'name text, until timestamptz', '',
 		 'void', NULL, 'STRICT', 'write',
 		 'no grants from the bucket on its shard until a moment'),
-		('reset', 'name text',
+		('reset', 'name text', '',
 		 'void', NULL, 'STRICT', 'write',
 		 'fill the bucket on its shard and lift any pause')
-		) AS l(f, args, shape, result, strictness, kind, comment)
+		) AS l(f, args, nulls, shape, result, strictness, kind, comment)
 	LOOP
 		signature := pg_catalog.regexp_replace(c.args, ' DEFAULT [^,]*', '', 'g');
-		routed := pg_catalog.format('tb_routed_%s(%s)', c.f,
-			pg_catalog.regexp_replace(c.args, '([^ ,]+) [^,]*', '\1', 'g'));
+		names := pg_catalog.string_to_array(pg_catalog.regexp_replace(c.args, '([^ ,]+) [^,]*', '\1', 'g'), ', ');
+		routed := pg_catalog.format('tb_routed_%s(%s)', c.f, pg_catalog.array_to_string(names, ', '));
+		-- a STRICT tb_routed_<f> would answer NULL for a NULL reserve: 0 is none too
+		wrapped := pg_catalog.format('tb_routed_%s(%s)', c.f,
+			(SELECT pg_catalog.string_agg(CASE WHEN c.strictness OPERATOR(pg_catalog.=) 'STRICT'
+					AND a.a OPERATOR(pg_catalog.=) ANY (pg_catalog.string_to_array(c.nulls, ' '))
+					THEN pg_catalog.format('COALESCE(%s, 0)', a.a) ELSE a.a END, ', ' ORDER BY a.n)
+			 FROM pg_catalog.unnest(names) WITH ORDINALITY AS a(a, n)));
+		checks := (SELECT pg_catalog.string_agg(pg_catalog.format($check$	IF %1$s IS NULL THEN
+		RAISE EXCEPTION 'argument "%1$s" of tb_%2$s must not be NULL'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+$check$, a.a, c.f), '' ORDER BY a.n)
+			FROM pg_catalog.unnest(names) WITH ORDINALITY AS a(a, n)
+			WHERE a.a OPERATOR(pg_catalog.<>) ALL (pg_catalog.string_to_array(c.nulls, ' ')));
 		IF c.args OPERATOR(pg_catalog.~) '^name ' THEN
 			route := 'tb_route(name)';
 			bucket := 'name';
@@ -564,7 +631,7 @@ BEGIN
 			params := c.args;
 			returns := c.result;
 			declared := E'\tr record;\n';
-			calling := pg_catalog.format(E'\t\t\tr := @extschema@.%s;\n', routed);
+			calling := pg_catalog.format(E'\t\t\tr := @extschema@.%s;\n', wrapped);
 			failure := 'r.error';
 			answers := E'\tRETURN r.result;\n';
 		ELSIF c.shape OPERATOR(pg_catalog.=) 'row' THEN
@@ -574,7 +641,7 @@ BEGIN
 			params := pg_catalog.format('%s, %s', c.args, out_columns);
 			returns := 'record';
 			declared := E'\tr record;\n';
-			calling := pg_catalog.format(E'\t\t\tr := @extschema@.%s;\n', routed);
+			calling := pg_catalog.format(E'\t\t\tr := @extschema@.%s;\n', wrapped);
 			failure := 'r.error';
 			answers := pg_catalog.regexp_replace(c.result, '([^ ,]+) [^,]+(, |$)', E'\t\\1 := r.\\1;\n', 'g');
 		ELSIF c.shape OPERATOR(pg_catalog.=) 'rows' THEN
@@ -588,7 +655,7 @@ BEGIN
 				EXIT WHEN failure IS NOT NULL;
 %s				RETURN NEXT;
 			END LOOP;
-$rows$, routed, pg_catalog.regexp_replace(c.result, '([^ ,]+) [^,]+(, |$)', E'\t\t\t\t\\1 := r.\\1;\n', 'g'));
+$rows$, wrapped, pg_catalog.regexp_replace(c.result, '([^ ,]+) [^,]+(, |$)', E'\t\t\t\t\\1 := r.\\1;\n', 'g'));
 			failure := 'failure';
 			answers := '';
 		ELSE
@@ -598,7 +665,7 @@ $rows$, routed, pg_catalog.regexp_replace(c.result, '([^ ,]+) [^,]+(, |$)', E'\t
 			params := c.args;
 			returns := 'void';
 			declared := E'\tfailure text[];\n';
-			calling := pg_catalog.format(E'\t\t\tfailure := @extschema@.%s;\n', routed);
+			calling := pg_catalog.format(E'\t\t\tfailure := @extschema@.%s;\n', wrapped);
 			failure := 'failure';
 			answers := '';
 		END IF;
@@ -611,12 +678,13 @@ $rows$, routed, pg_catalog.regexp_replace(c.result, '([^ ,]+) [^,]+(, |$)', E'\t
 		EXECUTE pg_catalog.format('COMMENT ON FUNCTION @extschema@.tb_routed_%s(%s) IS %L', c.f, signature,
 			pg_catalog.format('tokenbucket_shard''s tb_routed_%s on the shard of the bucket: tb_%s''s result, or its error as data', c.f, c.f));
 
-		EXECUTE pg_catalog.format('CREATE FUNCTION @extschema@.tb_%s(%s) RETURNS %s LANGUAGE plpgsql VOLATILE %s AS %L',
-			c.f, params, returns, c.strictness, pg_catalog.format($body$
+		EXECUTE pg_catalog.format('CREATE FUNCTION @extschema@.tb_%s(%s) RETURNS %s LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT AS %L',
+			c.f, params, returns, pg_catalog.format($body$
 DECLARE
 %1$s	detail text;
 	hint text;
 BEGIN
+%7$s	PERFORM @extschema@.tb_proxy_bound(%4$L, %8$s);
 	FOR attempt IN 1..2 LOOP
 		BEGIN
 %2$s			EXIT;
@@ -625,11 +693,13 @@ BEGIN
 			PERFORM @extschema@.tb_routed_failed(%3$s, attempt, %4$L, SQLSTATE, SQLERRM, detail, hint);
 		END;
 	END LOOP;
+	PERFORM @extschema@.tb_proxy_unbound();
 	IF %5$s IS NOT NULL THEN
 		PERFORM @extschema@.tb_routed_raise(%5$s);
 	END IF;
 %6$sEND
-$body$, declared, calling, bucket, c.kind, failure, answers));
+$body$, declared, calling, bucket, c.kind, failure, answers, coalesce(checks, ''),
+			CASE WHEN c.kind OPERATOR(pg_catalog.=) 'wait' THEN 'timeout' ELSE 'NULL' END));
 		EXECUTE pg_catalog.format('COMMENT ON FUNCTION @extschema@.tb_%s(%s) IS %L', c.f, signature, c.comment);
 	END LOOP;
 END
@@ -642,7 +712,9 @@ $make$;
 -- (README.md says how to finish the job).  PL/Proxy runs a call on several
 -- partitions only as a set-returning function: the tb_shards_* functions
 -- are those, and tb_create, tb_alter, tb_drop and tb_purge keep
--- tokenbucket's results around them.
+-- tokenbucket's results around them.  None is STRICT: a NULL goes to the
+-- shard (a bucket's NULL name to the first partition), whose tokenbucket
+-- (1.8 or later) refuses it, as a direct call does.
 --
 CREATE FUNCTION @extschema@.tb_shards_create(name text, capacity float8, refill float8,
 	per interval, memory boolean)
@@ -661,7 +733,7 @@ COMMENT ON FUNCTION @extschema@.tb_shards_create(text, float8, float8, interval,
 CREATE FUNCTION @extschema@.tb_create(name text, capacity float8, refill float8,
 	per interval DEFAULT '1 second', memory boolean DEFAULT false)
 RETURNS void
-LANGUAGE sql VOLATILE STRICT
+LANGUAGE sql VOLATILE CALLED ON NULL INPUT
 AS $$
 SELECT pg_catalog.count(*)
 FROM @extschema@.tb_shards_create(name, capacity, refill, per, memory)
@@ -710,7 +782,7 @@ COMMENT ON FUNCTION @extschema@.tb_shards_drop(text) IS
 
 CREATE FUNCTION @extschema@.tb_drop(name text)
 RETURNS boolean
-LANGUAGE sql VOLATILE STRICT
+LANGUAGE sql VOLATILE CALLED ON NULL INPUT
 AS $$
 SELECT COALESCE(pg_catalog.bool_or(dropped), false)
 FROM @extschema@.tb_shards_drop(name) AS dropped
@@ -733,7 +805,7 @@ COMMENT ON FUNCTION @extschema@.tb_shards_purge(interval) IS
 
 CREATE FUNCTION @extschema@.tb_purge(idle interval DEFAULT '1 hour')
 RETURNS bigint
-LANGUAGE sql VOLATILE STRICT
+LANGUAGE sql VOLATILE CALLED ON NULL INPUT
 AS $$
 SELECT pg_catalog.sum(purged)::pg_catalog.int8
 FROM @extschema@.tb_shards_purge(idle) AS purged

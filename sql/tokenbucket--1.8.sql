@@ -1,4 +1,4 @@
-/* tokenbucket--1.7.sql: the install script of 1.7, each object in its final
+/* tokenbucket--1.8.sql: the install script of 1.8, each object in its final
  * form.  It makes exactly what 1.0 updated through the chain makes
  * (sql/upgrade.sql compares the two), so a change to an object goes into
  * the next upgrade script and here alike. */
@@ -172,10 +172,18 @@ COMMENT ON FUNCTION @extschema@.tb_ready_at(float8, float8, float8, timestamptz,
 -- stays an index lookup as the table grows (with a scan, 20,000 new
 -- per-key buckets took time quadratic in their number).
 --
+-- No function that takes, gives, settles, syncs, pauses, makes or changes
+-- buckets or limits is STRICT: a NULL would give NULL and do nothing,
+-- silently (a settlement left charged, a bucket never made).  Each fails
+-- with 22004 naming the argument, except where NULL has a meaning (a
+-- reserve: none; costs: 1 each; a timeout: no limit but statement_timeout;
+-- tb_alter's settings: keep; a lease's ttl: none).  The checks are in C,
+-- a test per argument.
+--
 CREATE FUNCTION @extschema@.tb_acquire(name text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'tb_acquire'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_acquire(text) IS
 	'take one token if the bucket holds it: true, or false and nothing taken';
@@ -183,7 +191,7 @@ COMMENT ON FUNCTION @extschema@.tb_acquire(text) IS
 CREATE FUNCTION @extschema@.tb_acquire(name text, cost float8)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'tb_acquire'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_acquire(text, float8) IS
 	'take cost tokens if the bucket holds them: true, or false and nothing taken';
@@ -194,7 +202,7 @@ CREATE FUNCTION @extschema@.tb_try(name text, cost float8 DEFAULT 1,
 	OUT retry_after_seconds float8, OUT reset_after_seconds float8)
 RETURNS record
 AS 'MODULE_PATHNAME', 'tb_try'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_try(text, float8) IS
 	'tb_acquire with the tokens left, the wait until cost tokens are there, and the wait until full (as intervals and in seconds)';
@@ -207,14 +215,13 @@ CREATE FUNCTION @extschema@.tb_peek(name text, cost float8 DEFAULT 1,
 	OUT retry_after_seconds float8, OUT reset_after_seconds float8)
 RETURNS record
 AS 'MODULE_PATHNAME', 'tb_peek'
-LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION @extschema@.tb_peek(text, float8) IS
 	'what tb_try would answer now, without taking, locking or writing anything';
 
 --
--- Several buckets at once, all or nothing.  Not STRICT: NULL costs mean 1
--- each.
+-- Several buckets at once, all or nothing.  NULL costs mean 1 each.
 --
 CREATE FUNCTION @extschema@.tb_acquire_all(names text[], costs float8[] DEFAULT NULL)
 RETURNS boolean
@@ -235,8 +242,8 @@ COMMENT ON FUNCTION @extschema@.tb_try_all(text[], float8[]) IS
 	'tb_acquire_all with a row per bucket: the decision, tokens left, and each bucket''s waits';
 
 --
--- Waiting.  Not STRICT: a NULL timeout means no limit, and NULL costs
--- mean 1 each; a NULL name gives NULL.
+-- Waiting.  A NULL timeout means no limit but statement_timeout, and NULL
+-- costs mean 1 each.
 --
 CREATE FUNCTION @extschema@.tb_acquire_wait(name text, cost float8 DEFAULT 1,
 	timeout interval DEFAULT NULL)
@@ -265,7 +272,7 @@ COMMENT ON FUNCTION @extschema@.tb_acquire_all_wait(text[], float8[], interval) 
 CREATE FUNCTION @extschema@.tb_refund(name text, tokens float8)
 RETURNS float8
 AS 'MODULE_PATHNAME', 'tb_refund'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_refund(text, float8) IS
 	'give unused tokens back (capped at capacity); returns the tokens held';
@@ -273,7 +280,7 @@ COMMENT ON FUNCTION @extschema@.tb_refund(text, float8) IS
 CREATE FUNCTION @extschema@.tb_settle(name text, reserved float8, used float8)
 RETURNS float8
 AS 'MODULE_PATHNAME', 'tb_settle'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_settle(text, float8, float8) IS
 	'refund reserved - used, or take used - reserved more, into debt if need be; returns the tokens held';
@@ -281,7 +288,7 @@ COMMENT ON FUNCTION @extschema@.tb_settle(text, float8, float8) IS
 CREATE FUNCTION @extschema@.tb_sync(name text, remaining float8)
 RETURNS float8
 AS 'MODULE_PATHNAME', 'tb_sync'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_sync(text, float8) IS
 	'lower the tokens held to what the provider reports remaining (never raise them); returns the tokens held';
@@ -289,7 +296,7 @@ COMMENT ON FUNCTION @extschema@.tb_sync(text, float8) IS
 CREATE FUNCTION @extschema@.tb_pause(name text, duration interval)
 RETURNS void
 AS 'MODULE_PATHNAME', 'tb_pause_for'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_pause(text, interval) IS
 	'no grants for this long, for every caller: a provider''s Retry-After, shared';
@@ -297,7 +304,7 @@ COMMENT ON FUNCTION @extschema@.tb_pause(text, interval) IS
 CREATE FUNCTION @extschema@.tb_pause_until(name text, until timestamptz)
 RETURNS void
 AS 'MODULE_PATHNAME', 'tb_pause_until'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_pause_until(text, timestamptz) IS
 	'no grants until then, for every caller (a pause already ended changes nothing)';
@@ -320,15 +327,15 @@ COMMENT ON FUNCTION @extschema@.tb_resize(float8, float8, float8, timestamptz, f
 CREATE FUNCTION @extschema@.tb_purge(idle interval DEFAULT '1 hour')
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'tb_purge'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_purge(interval) IS
 	'delete template-made buckets that are full and unused for idle; returns how many';
 
 --
--- Memory buckets: what tb_status shows of them.  tb_memory_buckets goes
--- to whoever may read the views over it, and checks that its caller may
--- read one; tb_memory_empty_at tells nothing of any bucket.
+-- Memory buckets: what tb_status shows of them.  tb_memory_buckets checks
+-- that its caller may read a view over it; tb_memory_empty_at tells
+-- nothing of any bucket.
 --
 CREATE FUNCTION @extschema@.tb_memory_buckets(OUT name text, OUT capacity float8,
 	OUT refill_rate float8, OUT deficit float8, OUT updated_at timestamptz,
@@ -478,15 +485,14 @@ COMMENT ON FUNCTION @extschema@.tb_lease_all(text, text[], float8[], integer, te
 CREATE FUNCTION @extschema@.tb_release(lease bigint)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'tb_release'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_release(bigint) IS
 	'free a lease''s slots; false when it held none (released, expired, or its holder gone)';
 
 --
--- The leases of memory limits held now, for the views; each reader of a
--- view needs it (see README, Privileges), and it checks that its caller
--- may read one.
+-- The leases of memory limits held now, for the views; it checks that
+-- its caller may read one.
 --
 CREATE FUNCTION @extschema@.tb_memory_leases(OUT name text, OUT lease bigint,
 	OUT slots integer, OUT hold text, OUT holder oid, OUT pid integer,
@@ -531,8 +537,7 @@ COMMENT ON VIEW @extschema@.tb_leases IS
 -- exactly one more argument than any call of the form without it can
 -- pass, so no such call changes meaning or becomes ambiguous (a defaulted
 -- reserve after cost DEFAULT 1 would make tb_try('x') match two
--- functions).  The STRICT ones give NULL for a NULL reserve, as for any
--- NULL argument; the others take NULL as none.  tb_take's form with a
+-- functions).  A NULL reserve is none.  tb_take's form with a
 -- reserve is the table store's grant with one; a grant without a reserve
 -- uses the form without.
 --
@@ -549,7 +554,7 @@ COMMENT ON FUNCTION @extschema@.tb_take(float8, float8, float8, timestamptz, tim
 CREATE FUNCTION @extschema@.tb_acquire(name text, cost float8, reserve float8)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'tb_acquire'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_acquire(text, float8, float8) IS
 	'take cost tokens if the bucket holds them and reserve x capacity besides: true, or false and nothing taken';
@@ -560,7 +565,7 @@ CREATE FUNCTION @extschema@.tb_try(name text, cost float8, reserve float8,
 	OUT retry_after_seconds float8, OUT reset_after_seconds float8)
 RETURNS record
 AS 'MODULE_PATHNAME', 'tb_try'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_try(text, float8, float8) IS
 	'tb_acquire with a reserve, with the tokens left, the wait until cost tokens and the reserve are there, and the wait until full';
@@ -571,7 +576,7 @@ CREATE FUNCTION @extschema@.tb_peek(name text, cost float8, reserve float8,
 	OUT retry_after_seconds float8, OUT reset_after_seconds float8)
 RETURNS record
 AS 'MODULE_PATHNAME', 'tb_peek'
-LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION @extschema@.tb_peek(text, float8, float8) IS
 	'what tb_try with a reserve would answer now, without taking, locking or writing anything';
@@ -690,10 +695,10 @@ COMMENT ON VIEW @extschema@.tb_status IS
 -- and refused, lease waits, and the slots freed by tb_release, by their
 -- holder's end, by their ttl, kept apart from the buckets' (a limit and a
 -- bucket may share a name).  A long name is counted under
--- tb_stats_key(name).  The functions behind the views are not PUBLIC:
--- each checks that its caller may read a view that shows what it shows,
--- and whoever may read one is granted the ones it needs, so a role that
--- may read only tb_template_stats cannot list per-key names.
+-- tb_stats_key(name).  The functions behind the views are PUBLIC's, as
+-- any function is: each checks that its caller may read a view that shows
+-- what it shows, so SELECT on a view is all a role needs to read it, and
+-- a role that may read only tb_template_stats cannot list per-key names.
 --
 CREATE FUNCTION @extschema@.tb_stats_key(name text)
 RETURNS text
@@ -884,7 +889,7 @@ CREATE FUNCTION @extschema@.tb_create(name text, capacity float8, refill float8,
 	per interval DEFAULT '1 second', memory boolean DEFAULT false)
 RETURNS void
 AS 'MODULE_PATHNAME', 'tb_create'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_create(text, float8, float8, interval, boolean) IS
 	'create a full bucket holding at most capacity tokens that gains refill tokens every per; with memory, in shared memory';
@@ -901,14 +906,14 @@ COMMENT ON FUNCTION @extschema@.tb_alter(text, float8, float8, interval) IS
 CREATE FUNCTION @extschema@.tb_reset(name text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'tb_reset'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_reset(text) IS 'fill the bucket';
 
 CREATE FUNCTION @extschema@.tb_drop(name text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'tb_drop'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_drop(text) IS
 	'remove the bucket: true, or false when there was none';
@@ -917,7 +922,7 @@ CREATE FUNCTION @extschema@.tb_create_limit(name text, max_in_flight integer,
 	memory boolean DEFAULT false)
 RETURNS void
 AS 'MODULE_PATHNAME', 'tb_create_limit'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_create_limit(text, integer, boolean) IS
 	'a limit of at most max_in_flight slots leased at once (a name ending in * is a template); with memory, its leases live in shared memory';
@@ -925,14 +930,41 @@ COMMENT ON FUNCTION @extschema@.tb_create_limit(text, integer, boolean) IS
 CREATE FUNCTION @extschema@.tb_alter_limit(name text, max_in_flight integer)
 RETURNS void
 AS 'MODULE_PATHNAME', 'tb_alter_limit'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_alter_limit(text, integer) IS
 	'a new max_in_flight for the limit (a template: for every name it makes); leases held are kept';
 
 --
--- Grants.  What spends, looks and leases is PUBLIC, like any new function;
--- the tables and views are the owner's until the DBA grants them.
+-- A set-up that can be run again (a deploy script's, on every release):
+-- each makes what is missing, changes what differs, and says which it
+-- did.  A second session ensuring what another is making waits for that
+-- transaction, then finds it.  Where tokens or leases live (memory) is
+-- not changed in place: refused.
+--
+CREATE FUNCTION @extschema@.tb_ensure(name text, capacity float8, refill float8,
+	per interval DEFAULT '1 second', memory boolean DEFAULT false)
+RETURNS text
+AS 'MODULE_PATHNAME', 'tb_ensure'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_ensure(text, float8, float8, interval, boolean) IS
+	'tb_create''s bucket, made if missing (''created''), given these settings if it has others, keeping its tokens (''changed''), or left as it is (''unchanged'')';
+
+CREATE FUNCTION @extschema@.tb_ensure_limit(name text, max_in_flight integer,
+	memory boolean DEFAULT false)
+RETURNS text
+AS 'MODULE_PATHNAME', 'tb_ensure_limit'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_ensure_limit(text, integer, boolean) IS
+	'tb_create_limit''s limit, made if missing (''created''), given this max_in_flight if it has another, keeping its leases (''changed''), or left as it is (''unchanged'')';
+
+--
+-- Grants.  What spends, looks and leases is PUBLIC, like any new function,
+-- and so is what the views are built on (each checks that its caller may
+-- read a view that shows what it shows); the tables and views are the
+-- owner's until the DBA grants them.
 --
 -- Making and changing buckets and limits, purging and resetting counters
 -- change what every client may do.
@@ -943,6 +975,8 @@ REVOKE ALL ON FUNCTION @extschema@.tb_drop(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.tb_purge(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.tb_create_limit(text, integer, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.tb_alter_limit(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_ensure(text, float8, float8, interval, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_ensure_limit(text, integer, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.tb_stats_reset(text) FROM PUBLIC;
 
 -- What gives tokens back, takes them for others or stops everyone: one
@@ -959,12 +993,3 @@ REVOKE ALL ON FUNCTION @extschema@.tb_pause_until(text, timestamptz) FROM PUBLIC
 -- too).
 REVOKE ALL ON FUNCTION @extschema@.tb_buckets_changed() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.tb_limits_changed() FROM PUBLIC;
-
--- What the views are built on goes to whoever may read them, with them.
-REVOKE ALL ON FUNCTION @extschema@.tb_memory_buckets() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.tb_memory_leases() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.tb_stats_counters() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.tb_memory_counters() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.tb_template_counters() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.tb_memory_templates() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.tb_limit_counters() FROM PUBLIC;

@@ -1,0 +1,82 @@
+"""A limiter made before a fork (Celery's prefork, multiprocessing) opens
+its own connection in each child, and the parent's keeps working."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+
+import psycopg_pool
+import pytest
+
+import tokenbucket
+from conftest import backends, conninfo, make_bucket
+
+
+def _child(lim, bucket, out, go):
+    try:
+        granted = lim.try_(bucket).granted
+        with lim.connection() as conn:
+            cur = conn.cursor()
+            cur.execute("SELECT pg_backend_pid()")
+            pid = cur.fetchone()[0]
+        out.put((os.getpid(), pid, granted))
+        go.wait(20)
+    except Exception as exc:                      # reported, not lost in the child
+        out.put((os.getpid(), None, repr(exc)))
+
+
+@pytest.mark.parametrize("kind", ["psycopg-dsn", "psycopg2-dsn", "psycopg-pool"])
+def test_children_use_their_own_connections(admin, name, kind):
+    make_bucket(admin, name, 100, 1)
+    app = f"tb-fork-{name}{kind}"
+    if kind == "psycopg-pool":
+        pool = psycopg_pool.ConnectionPool(conninfo(application_name=app), min_size=1,
+                                           max_size=2)
+        lim = tokenbucket.Limiter(pool)
+    else:
+        lim = tokenbucket.Limiter(conninfo(application_name=app), driver=kind.split("-")[0])
+    assert lim.try_(name).granted                 # the parent's connection is open
+    with lim.connection() as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT pg_backend_pid()")
+        parent_backend = cur.fetchone()[0]
+    ctx = mp.get_context("fork")
+    out, go = ctx.Queue(), ctx.Event()
+    children = [ctx.Process(target=_child, args=(lim, name, out, go)) for _ in range(3)]
+    for c in children:
+        c.start()
+    seen = [out.get(timeout=20) for _ in children]
+    assert all(g is True for _, _, g in seen), seen
+    child_backends = {b for _, b, _ in seen}
+    assert len(child_backends) == 3 and parent_backend not in child_backends
+    # all four at once on the server, each its own backend
+    assert backends(admin, app) >= 4
+    go.set()
+    for c in children:
+        c.join(20)
+        assert c.exitcode == 0
+    # the children's exit did not end the parent's session
+    assert admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
+                         (parent_backend,)).fetchone()[0] == 1
+    assert lim.try_(name).granted
+    lim.close()
+    if kind == "psycopg-pool":
+        pool.close()
+
+
+def test_a_given_connection_is_refused_in_a_child(admin, name):
+    import psycopg
+    make_bucket(admin, name, 100, 1)
+    conn = psycopg.connect(conninfo(), autocommit=True)
+    lim = tokenbucket.Limiter(conn)
+    assert lim.try_(name).granted
+    ctx = mp.get_context("fork")
+    out, go = ctx.Queue(), ctx.Event()
+    go.set()
+    p = ctx.Process(target=_child, args=(lim, name, out, go))
+    p.start()
+    _, backend, error = out.get(timeout=20)
+    p.join(20)
+    assert backend is None and "ForkedConnection" in error
+    assert lim.try_(name).granted                 # the parent's is untouched
+    conn.close()
