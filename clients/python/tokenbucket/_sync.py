@@ -126,24 +126,23 @@ class _OwnPool:
                     continue
                 return entry
         except BaseException:
-            self._returned(None)
+            with self.lock:
+                self.lent -= 1
+                if self.waiting:
+                    self.freed.notify()
             raise
 
     def give(self, conn: Any, poll: Any, ours: bool = False) -> None:
-        if not ours and (_drivers.sync_closed(self.kind, conn) or
-                         _drivers.sync_in_transaction(self.kind, conn)):
-            _drivers.sync_close(conn)
-            self._returned(None)
-        else:
-            self._returned((conn, poll))
-
-    def _returned(self, entry: tuple[Any, Any] | None) -> None:
+        keep = ours or not (_drivers.sync_closed(self.kind, conn) or
+                            _drivers.sync_in_transaction(self.kind, conn))
         with self.lock:
-            if entry is not None:
-                self.idle.append(entry)
+            if keep:
+                self.idle.append((conn, poll))
             self.lent -= 1
             if self.waiting:
                 self.freed.notify()
+        if not keep:
+            _drivers.sync_close(conn)
 
     @contextlib.contextmanager
     def borrow(self, fresh: bool = False) -> Iterator[Any]:
