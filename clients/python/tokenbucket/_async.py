@@ -214,7 +214,8 @@ class _APsycopgPool:
         await _drivers.async_close("psycopg", conn)
 
     def forked(self) -> _AOwnPool:
-        kwargs = {k: v for k, v in self.pool.kwargs.items() if k != "autocommit"}
+        # a newer psycopg_pool (Debian sid's) keeps None when given no kwargs
+        kwargs = {k: v for k, v in (self.pool.kwargs or {}).items() if k != "autocommit"}
         return _AOwnPool(self.pool.conninfo, "psycopg", kwargs, self.pool.max_size)
 
     async def close(self) -> None:

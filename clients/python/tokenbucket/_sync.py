@@ -213,7 +213,8 @@ class _PsycopgPool:
         _drivers.sync_close(conn)
 
     def forked(self) -> _OwnPool:
-        kwargs = {k: v for k, v in self.pool.kwargs.items() if k != "autocommit"}
+        # a newer psycopg_pool (Debian sid's) keeps None when given no kwargs
+        kwargs = {k: v for k, v in (self.pool.kwargs or {}).items() if k != "autocommit"}
         return _OwnPool(self.pool.conninfo, "psycopg", kwargs, self.pool.max_size)
 
     def close(self) -> None:
