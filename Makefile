@@ -95,7 +95,8 @@ test:
 test-versions:
 	bash scripts/versions.sh
 
-# Debian packages postgresql-NN-tokenbucket and -proxy, into build/debs.
+# Debian packages postgresql-NN-tokenbucket, -proxy and python3-tokenbucket,
+# into build/debs.
 deb:
 	bash scripts/deb.sh
 

@@ -24,13 +24,16 @@
 # 100,000 and 1,000,000 live keys beside named buckets, and under a flood
 # of new keys; bench/keys.csv), and the lease rows (bench/leases.sh: a
 # lease and its release on a table limit beside tb_acquire, two plain
-# UPDATEs and SELECT 1; bench/leases.csv).  Then the cost of the counters of tb_stats:
+# UPDATEs and SELECT 1; bench/leases.csv), and the Python client's own
+# cost per call (bench/python.py: try_ beside the statement it sends,
+# through the bare driver on the same connection, for each driver, taking
+# turns call by call; bench/python.csv).  Then the cost of the counters of tb_stats:
 # the same calls with tokenbucket.track_stats on and off in turn
 # (bench/counters.csv).
 #
 # Writes bench/results.csv and bench/results.png and prints a table.
 # BENCH_SECONDS sets each run's length (default 10); BENCH_ONLY=proxy,
-# gateway, leases, keys or counters runs that comparison alone.
+# gateway, leases, keys, python or counters runs that comparison alone.
 # Not a test: nothing here fails on a speed.
 
 source "$(dirname "$0")/../scripts/common.sh"
@@ -40,7 +43,8 @@ source "$TOP/proxy/test/cluster.sh"
 CLIENTS=(1 8 32)
 OUT=$TOP/bench/results.csv
 
-tb_install_packages redis-server gnuplot-nox "postgresql-$PGVERSION-plproxy" libhiredis-dev
+tb_install_packages redis-server gnuplot-nox "postgresql-$PGVERSION-plproxy" libhiredis-dev \
+	python3-psycopg python3-psycopg2 python3-asyncpg
 tb_build_install
 
 # tokenbucket_proxy first, on servers of its own
@@ -94,6 +98,17 @@ if [ "${BENCH_ONLY:-keys}" = keys ]; then
 	say "keys: memory template keys at 10,000, 100,000 and 1,000,000 live, beside named buckets and SELECT 1; a flood of new keys ($BENCH_SECONDS s per run)"
 	source "$TOP/bench/keys.sh"
 	[ "${BENCH_ONLY:-}" = keys ] && exit 0
+fi
+if [ "${BENCH_ONLY:-python}" = python ]; then
+	say "python: the client's try_ beside its statement through the bare driver, in turns ($BENCH_SECONDS s per row)"
+	createdb python
+	psql -q -X -d python -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+CREATE EXTENSION tokenbucket;
+SELECT tb_create('py:memory', 1e9, 1e9, memory => true), tb_create('py:table', 1e9, 1e9);
+SQL
+	/usr/bin/python3 "$TOP/bench/python.py" --seconds "$BENCH_SECONDS" --csv "$TOP/bench/python.csv" \
+		"host=$PGHOST port=$PGPORT user=$PGUSER dbname=python"
+	[ "${BENCH_ONLY:-}" = python ] && exit 0
 fi
 
 say "loading 10,000 and 1,000,000 buckets"

@@ -4,7 +4,8 @@
 # PostgreSQL version this system supports (debian/pgversions intersected
 # with postgresql-common's supported versions: 15 on Debian 12), the Debian
 # way: pg_buildext, debhelper, the regression tests run against the built
-# files in a throwaway cluster.  Builds from a copy of the tree's files (git
+# files in a throwaway cluster; and python3-tokenbucket, the Python client
+# (clients/python), with dh-python's pybuild from its pyproject.toml.  Builds from a copy of the tree's files (git
 # ls-files), so the tree stays clean; the .deb files land in $DEBDIR
 # (build/debs by default).
 
@@ -16,7 +17,8 @@ VERSION=$(dpkg-parsechangelog -l "$TOP/debian/changelog" -S Version 2>/dev/null 
 
 say() { printf '\n== %s\n' "$*"; }
 
-need=(build-essential debhelper dpkg-dev postgresql-server-dev-all)
+need=(build-essential debhelper dpkg-dev postgresql-server-dev-all
+	dh-python pybuild-plugin-pyproject python3-all python3-setuptools)
 missing=()
 for pkg in "${need[@]}"; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || missing+=("$pkg")

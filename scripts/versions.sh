@@ -11,10 +11,12 @@
 #              (default "17 18": 15 is Debian 12's, which `make test` has
 #              just run the suite on, on this machine; CI runs both)
 #   package    `make deb`: postgresql-NN-tokenbucket and -proxy, built the
-#              Debian way (their build runs the regression tests too)
+#              Debian way (their build runs the regression tests too), and
+#              python3-tokenbucket (pybuild)
 #   installed  the packages installed into a second, clean chroot, and
 #              pg_regress and isolation run against the installed files
-#              (debian/tests/installcheck: pg_buildext installcheck)
+#              (debian/tests/installcheck: pg_buildext installcheck), and
+#              the Python package imported from where dpkg put it
 #   dump       a database dumped with pg_dump on the first version
 #              restored into each later one (test/versions/dump.sh)
 #
@@ -55,12 +57,14 @@ suite_of() {
 	esac
 }
 
-# What a chroot holds: the build, the servers and every suite's tools.
+# What a chroot holds: the build, the servers and every suite's tools
+# (python3-httpx: the installed Python package's httpx transport imports).
 packages_of() {
 	echo build-essential git procps python3 curl valgrind \
 		"postgresql-$1" "postgresql-server-dev-$1" postgresql-server-dev-all \
 		"postgresql-$1-pgtap" libtap-parser-sourcehandler-pgtap-perl libipc-run-perl \
-		"postgresql-$1-plproxy" prometheus-postgres-exporter debhelper dpkg-dev
+		"postgresql-$1-plproxy" prometheus-postgres-exporter debhelper dpkg-dev \
+		dh-python pybuild-plugin-pyproject python3-all python3-setuptools python3-httpx
 }
 
 WORK=$(mktemp -d /tmp/tokenbucket-versions.XXXXXX)
@@ -197,22 +201,23 @@ for v in $VERSIONS; do
 	debs=()
 	if [ "$rc" -eq 0 ]; then
 		for deb in "$root"/build/debs/postgresql-"$v"-tokenbucket_*.deb \
-			"$root"/build/debs/postgresql-"$v"-tokenbucket-proxy_*.deb; do
+			"$root"/build/debs/postgresql-"$v"-tokenbucket-proxy_*.deb \
+			"$root"/build/debs/python3-tokenbucket_*.deb; do
 			[ -f "$deb" ] && cp "$deb" "$WORK/" && debs+=("$WORK/$(basename "$deb")")
 		done
 	fi
-	if [ ${#debs[@]} -eq 2 ]; then
+	if [ ${#debs[@]} -eq 3 ]; then
 		echo "ok - packages built: $(for d in "${debs[@]}"; do basename "$d"; done | tr '\n' ' ')"
 		passed=$((passed + 1))
 		line+=" packages built ($((SECONDS - began)) s);"
 	else
-		echo "not ok - make deb (exit $rc) did not build both packages"
+		echo "not ok - make deb (exit $rc) did not build the three packages"
 		failed=$((failed + 1))
 		line+=" packages NOT built;"
 	fi
 	root_remove "$root"
 
-	if [ ${#debs[@]} -eq 2 ]; then
+	if [ ${#debs[@]} -eq 3 ]; then
 		say "PostgreSQL $v ($suite): the packages installed in a clean chroot"
 		began=$SECONDS
 		root_new "$tarball"
@@ -224,6 +229,15 @@ for v in $VERSIONS; do
 		in_root "$root" "dpkg -i /build/debs/*.deb &&
 			cd /build/tokenbucket && chown -R nobody: . &&
 			test ! -e tokenbucket.so && debian/tests/installcheck" >"$log" 2>&1 || rc=$?
+		# the Python package, imported from where dpkg put it (not the tree)
+		check="python3-tokenbucket: import tokenbucket, tokenbucket.httpx"
+		if in_root "$root" "cd / && python3 -c 'import tokenbucket, tokenbucket.httpx; print(tokenbucket.__file__)'" \
+			>"$WORK/import-$v.log" 2>&1 &&
+			grep -qx /usr/lib/python3/dist-packages/tokenbucket/__init__.py "$WORK/import-$v.log"; then
+			echo "ok 1 - $check" >>"$log"
+		else
+			{ cat "$WORK/import-$v.log"; echo "not ok 1 - $check"; } >>"$log"
+		fi
 		cat "$log"
 		read -r p f < <(count "$log")
 		[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1

@@ -267,6 +267,31 @@ async def test_client_wait_holds_no_connection(admin, name):
     await lim.close()
 
 
+def test_threads_share_pool_size_connections(admin, name):
+    """A Limiter from a DSN opens at most pool_size connections: a thread
+    finding them all lent waits for one to come back, and 8 threads making
+    calls at once share them."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    make_bucket(admin, name, 1000, 1)
+    app = f"tb-bound-{name}"
+    lim = tokenbucket.Limiter(conninfo(application_name=app), pool_size=2)
+    done = []
+    with lim.connection(), lim.connection():        # both lent
+        waiter = threading.Thread(target=lambda: done.append(lim.peek(name).granted))
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive() and not done
+        assert backends(admin, app) == 2
+    waiter.join(10)
+    assert done == [True]
+    with ThreadPoolExecutor(8) as pool:
+        granted = list(pool.map(lambda _: lim.try_(name).granted, range(400)))
+    assert granted.count(True) == 400
+    assert backends(admin, app) == 2
+    lim.close()
+
+
 async def test_200_concurrent_hold_the_limit(admin, name):
     """200 concurrent acquires on a bucket of 10 gaining 100 a second: each
     granted once, never more than capacity + rate x elapsed, counted by the

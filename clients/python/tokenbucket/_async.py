@@ -4,7 +4,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import os
 import time
 from datetime import datetime
 from typing import Any, AsyncIterator, Generator, Mapping
@@ -25,21 +24,23 @@ class _TaskLock:
         self.owner: asyncio.Task | None = None
         self.depth = 0
 
-    @contextlib.asynccontextmanager
-    async def held(self) -> AsyncIterator[None]:
+    async def take(self) -> None:
         me = asyncio.current_task()
         if self.owner is not me:
             await self.lock.acquire()
             self.owner = me
         self.depth += 1
-        try:
-            yield
-        finally:
-            self.depth -= 1
-            if self.depth == 0:
-                self.owner = None
-                self.lock.release()
 
+    def give(self) -> None:
+        self.depth -= 1
+        if self.depth == 0:
+            self.owner = None
+            self.lock.release()
+
+
+# As in _sync: each source lends with take() and has it back with give(),
+# borrow() being the two as a context manager; ours says the limiter's own
+# statement ran, so that its connection is not asked whether it is fine.
 
 class _ASingle:
     reconnects = False
@@ -48,26 +49,41 @@ class _ASingle:
         self.conn, self.kind, self.join = conn, kind, join
         self.lock: _TaskLock | None = None
 
-    @contextlib.asynccontextmanager
-    async def borrow(self) -> AsyncIterator[Any]:
+    async def take(self, fresh: bool = False) -> tuple[Any, bool]:
+        """(the connection, whether give sets autocommit back off)."""
         if self.lock is None:
             self.lock = _TaskLock()
-        async with self.lock.held():
+        await self.lock.take()
+        try:
             conn = self.conn
             if self.join or (self.kind == "psycopg" and conn.autocommit) or \
                     (self.kind == "asyncpg" and not conn.is_in_transaction()):
-                yield conn
-                return
+                return conn, False
             if _drivers.async_in_transaction(self.kind, conn):
                 raise TransactionInProgress(
                     "the connection is inside a transaction",
                     hint="Commit it first, or use limiter.on(conn) to take part in it on purpose.")
             await conn.set_autocommit(True)
-            try:
-                yield conn
-            finally:
-                if not _drivers.async_closed(self.kind, conn):
-                    await conn.set_autocommit(False)
+            return conn, True
+        except BaseException:
+            self.lock.give()
+            raise
+
+    async def give(self, conn: Any, restore: bool, ours: bool = False) -> None:
+        assert self.lock is not None
+        try:
+            if restore and not _drivers.async_closed(self.kind, conn):
+                await conn.set_autocommit(False)
+        finally:
+            self.lock.give()
+
+    @contextlib.asynccontextmanager
+    async def borrow(self) -> AsyncIterator[Any]:
+        conn, restore = await self.take()
+        try:
+            yield conn
+        finally:
+            await self.give(conn, restore)
 
     async def discard(self, conn: Any) -> None:
         pass
@@ -83,48 +99,67 @@ class _ASingle:
 
 class _AOwnPool:
     """Connections the limiter opens from a DSN (autocommit; asyncpg's are
-    plain connections, with no reset query on each return)."""
+    plain connections, with no reset query on each return), each idle one
+    kept with a poll object on its socket."""
 
     reconnects = True
 
     def __init__(self, dsn: str, kind: str, kwargs: dict[str, Any], max_size: int) -> None:
         self.dsn, self.kind, self.kwargs, self.max_size = dsn, kind, kwargs, max_size
-        self.idle: list[Any] = []
+        self.idle: list[tuple[Any, Any]] = []      # (connection, its poller)
         self.slots: asyncio.Semaphore | None = None
 
-    @contextlib.asynccontextmanager
-    async def borrow(self) -> AsyncIterator[Any]:
+    async def take(self, fresh: bool = False) -> tuple[Any, Any]:
+        """(a connection, its poller): an idle one that the server has not
+        closed meanwhile, else a new one."""
         if self.slots is None:
             self.slots = asyncio.Semaphore(self.max_size)
-        async with self.slots:
-            conn = None
-            while conn is None:
-                conn = self.idle.pop() if self.idle else None
-                if conn is None:
+        await self.slots.acquire()
+        try:
+            while True:
+                if not self.idle:
                     try:
                         conn = await _drivers.async_connect(self.kind, self.dsn, self.kwargs)
                     except (OSError, asyncio.TimeoutError) as exc:
                         raise ConnectionLost(f"could not connect: {exc}") from exc
                     except Exception as exc:
                         raise translate(exc) from exc
-                elif _drivers.async_closed(self.kind, conn) or \
-                        _drivers.socket_readable(_drivers.async_fileno(self.kind, conn) or -1):
+                    return conn, _drivers.poller(_drivers.async_fileno(self.kind, conn))
+                entry = self.idle.pop()
+                conn, poll = entry
+                if fresh or poll is None or _drivers.async_closed(self.kind, conn) or \
+                        poll.poll(0):
                     await _drivers.async_close(self.kind, conn)
-                    conn = None
-            try:
-                yield conn
-            finally:
-                if _drivers.async_closed(self.kind, conn) or \
-                        _drivers.async_in_transaction(self.kind, conn):
-                    await _drivers.async_close(self.kind, conn)
-                else:
-                    self.idle.append(conn)
+                    continue
+                return entry
+        except BaseException:
+            self.slots.release()
+            raise
+
+    async def give(self, conn: Any, poll: Any, ours: bool = False) -> None:
+        assert self.slots is not None
+        try:
+            if not ours and (_drivers.async_closed(self.kind, conn) or
+                             _drivers.async_in_transaction(self.kind, conn)):
+                await _drivers.async_close(self.kind, conn)
+            else:
+                self.idle.append((conn, poll))
+        finally:
+            self.slots.release()
+
+    @contextlib.asynccontextmanager
+    async def borrow(self) -> AsyncIterator[Any]:
+        conn, poll = await self.take()
+        try:
+            yield conn
+        finally:
+            await self.give(conn, poll)
 
     async def discard(self, conn: Any) -> None:
         await _drivers.async_close(self.kind, conn)
 
     def forked(self) -> "_AOwnPool":
-        for conn in self.idle:
+        for conn, _ in self.idle:
             _drivers.disown(_drivers.async_fileno(self.kind, conn))
             _drivers.ORPHANS.append(conn)
         self.idle = []
@@ -132,7 +167,7 @@ class _AOwnPool:
 
     async def close(self) -> None:
         idle, self.idle = self.idle, []
-        for conn in idle:
+        for conn, _ in idle:
             await _drivers.async_close(self.kind, conn)
 
 
@@ -143,29 +178,44 @@ class _APsycopgPool:
     def __init__(self, pool: Any) -> None:
         self.pool = pool
 
+    async def take(self, fresh: bool = False) -> tuple[Any, bool]:
+        for _ in range(self.pool.max_size + 1):
+            conn = await self.pool.getconn()
+            if _drivers.socket_readable(conn.fileno()):
+                await conn.close()      # the pool replaces a closed connection
+                await self.pool.putconn(conn)
+                continue
+            restore = not conn.autocommit
+            if restore:
+                try:
+                    await conn.set_autocommit(True)
+                except BaseException:
+                    await self.pool.putconn(conn)
+                    raise
+            return conn, restore
+        raise ConnectionLost("every connection of the pool was closed by the server")
+
+    async def give(self, conn: Any, restore: bool, ours: bool = False) -> None:
+        try:
+            if restore and not conn.closed:
+                await conn.set_autocommit(False)
+        finally:
+            await self.pool.putconn(conn)
+
     @contextlib.asynccontextmanager
     async def borrow(self) -> AsyncIterator[Any]:
-        for _ in range(self.pool.max_size + 1):
-            async with self.pool.connection() as conn:
-                if _drivers.socket_readable(conn.fileno()):
-                    await conn.close()
-                    continue
-                restore = not conn.autocommit
-                if restore:
-                    await conn.set_autocommit(True)
-                try:
-                    yield conn
-                finally:
-                    if restore and not conn.closed:
-                        await conn.set_autocommit(False)
-                return
-        raise ConnectionLost("every connection of the pool was closed by the server")
+        conn, restore = await self.take()
+        try:
+            yield conn
+        finally:
+            await self.give(conn, restore)
 
     async def discard(self, conn: Any) -> None:
         await _drivers.async_close("psycopg", conn)
 
     def forked(self) -> _AOwnPool:
-        kwargs = {k: v for k, v in self.pool.kwargs.items() if k != "autocommit"}
+        # a newer psycopg_pool (Debian sid's) keeps None when given no kwargs
+        kwargs = {k: v for k, v in (self.pool.kwargs or {}).items() if k != "autocommit"}
         return _AOwnPool(self.pool.conninfo, "psycopg", kwargs, self.pool.max_size)
 
     async def close(self) -> None:
@@ -179,12 +229,23 @@ class _AsyncpgPool:
     def __init__(self, pool: Any) -> None:
         self.pool = pool
 
+    async def take(self, fresh: bool = False) -> tuple[Any, None]:
+        conn = await self.pool.acquire()
+        if conn.is_in_transaction():
+            await self.pool.release(conn)
+            raise TransactionInProgress("a pooled connection is inside a transaction")
+        return conn, None
+
+    async def give(self, conn: Any, token: None, ours: bool = False) -> None:
+        await self.pool.release(conn)
+
     @contextlib.asynccontextmanager
     async def borrow(self) -> AsyncIterator[Any]:
-        async with self.pool.acquire() as conn:
-            if conn.is_in_transaction():
-                raise TransactionInProgress("a pooled connection is inside a transaction")
+        conn, token = await self.take()
+        try:
             yield conn
+        finally:
+            await self.give(conn, token)
 
     async def discard(self, conn: Any) -> None:
         conn.terminate()        # the pool opens a new one in its place
@@ -236,7 +297,7 @@ class AsyncLimiter:
                  headers: Mapping[str, str] | None = None, jitter: float = 0.1,
                  max_jitter: float = 1.0, _join: bool = False) -> None:
         self._source = _source(source, driver, pool_size, connect_kwargs, _join)
-        self._pid = os.getpid()
+        self._forks = _drivers.FORKS
         self.schema = schema
         self.headers = dict(headers or {})
         self.jitter, self.max_jitter = jitter, max_jitter
@@ -252,9 +313,9 @@ class AsyncLimiter:
         return lim
 
     def _src(self) -> Any:
-        if os.getpid() != self._pid:
+        if _drivers.FORKS != self._forks:
             self._source = self._source.forked()
-            self._pid = os.getpid()
+            self._forks = _drivers.FORKS
         return self._source
 
     async def _statements(self) -> _core.Statements:
@@ -274,23 +335,28 @@ class AsyncLimiter:
         sql = key if raw else (await self._statements())[key]
         src = self._src()
         for attempt in (0, 1):
-            async with src.borrow() as conn:
-                try:
-                    return await _drivers.async_run(src.kind, conn, sql, params)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    err = translate(exc)
-                    if not isinstance(err, ConnectionLost):
-                        raise err from exc
-                    await src.discard(conn)
-                    if safe and src.reconnects and attempt == 0:
-                        continue
-                    if not safe:
-                        raise OutcomeUnknown(
-                            "the connection was lost during the call: whether it took "
-                            "effect is unknown", detail=str(exc).strip()) from exc
+            conn, token = await src.take(attempt > 0)
+            ran = False
+            try:
+                rows = await _drivers.async_run(src.kind, conn, sql, params)
+                ran = True
+                return rows
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                err = translate(exc)
+                if not isinstance(err, ConnectionLost):
                     raise err from exc
+                await src.discard(conn)
+                if safe and src.reconnects and attempt == 0:
+                    continue
+                if not safe:
+                    raise OutcomeUnknown(
+                        "the connection was lost during the call: whether it took "
+                        "effect is unknown", detail=str(exc).strip()) from exc
+                raise err from exc
+            finally:
+                await src.give(conn, token, ran)
         raise AssertionError("unreachable")
 
     @contextlib.asynccontextmanager
@@ -304,6 +370,10 @@ class AsyncLimiter:
 
     async def try_(self, costs: Costs, cost: float | None = None, *,
                    reserve: float | None = None) -> Decision:
+        if reserve is None and type(costs) is str:     # one bucket: the call made most
+            st = self._st or await self._statements()
+            return _core.combine(await self._exec(st.sql["try"], (costs, _core.cost_of(cost)),
+                                                  safe=False, raw=True))
         c = costs_of(costs, cost)
         sql, params, names = _core.try_call(await self._statements(), c, reserve)
         return _core.combine(await self._exec(sql, params, safe=False, raw=True), names)

@@ -61,6 +61,11 @@ def costs_of(spec: Costs, cost: float | None = None) -> dict[str, float]:
     return out
 
 
+def cost_of(cost: float | None) -> float:
+    """One bucket's cost: 1 by default, else as a float (what costs_of gives it)."""
+    return 1.0 if cost is None else float(cost)
+
+
 def seconds(value: Duration | None) -> float | None:
     """Seconds as a float from a number or a timedelta (None stays None)."""
     if value is None:

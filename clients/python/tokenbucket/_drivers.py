@@ -24,6 +24,21 @@ def kind_of(obj: Any) -> str:
     return ""
 
 
+# Forks of this process so far, as this process counts them: a child's
+# count is its parent's plus one (os.fork, multiprocessing, Celery's
+# prefork all run the hook), so a limiter that kept the count it was made
+# with tells it is in a child by comparing two ints, with no system call.
+FORKS = 0
+
+
+def _forked() -> None:
+    global FORKS
+    FORKS += 1
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def socket_readable(fd: int) -> bool:
     """Whether an idle connection's socket has something to read: the server
     closed it (or said why first), since an idle session is sent nothing
@@ -33,6 +48,18 @@ def socket_readable(fd: int) -> bool:
     except (OSError, ValueError):
         return True
     return bool(readable)
+
+
+def poller(fd: int | None) -> Any:
+    """A poll object on a connection's socket, made once for it:
+    poller.poll(0) is socket_readable for that connection (a closed
+    descriptor answers too), without building select's lists each time.
+    None when the socket is not known (to be taken as closed)."""
+    if fd is None or fd < 0:
+        return None
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return p
 
 
 _devnull: int | None = None

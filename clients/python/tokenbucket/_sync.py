@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import threading
 import time
 from datetime import datetime
@@ -17,6 +16,12 @@ from .errors import (AlreadyExists, AlreadySettled, ConnectionLost, ForkedConnec
 
 
 # ---- where connections come from -------------------------------------------
+#
+# Each source lends a connection with take() and has it back with give();
+# borrow() is the two as a context manager, for lease() and connection().
+# The limiter's own statements call take and give directly and say when the
+# statement ran (ours): a connection in autocommit that has just answered
+# is neither closed nor in a transaction, and is not asked again.
 
 class _Single:
     """One connection the caller gave.  Calls take turns on it; without join,
@@ -29,23 +34,37 @@ class _Single:
         self.conn, self.kind, self.join = conn, kind, join
         self.lock = threading.RLock()     # a call made inside lease()'s block
 
-    @contextlib.contextmanager
-    def borrow(self, fresh: bool = False) -> Iterator[Any]:
-        with self.lock:
+    def take(self, fresh: bool = False) -> tuple[Any, bool]:
+        """(the connection, whether give sets autocommit back off)."""
+        self.lock.acquire()
+        try:
             conn = self.conn
             if self.join or conn.autocommit:
-                yield conn
-                return
+                return conn, False
             if _drivers.sync_in_transaction(self.kind, conn):
                 raise TransactionInProgress(
                     "the connection is inside a transaction",
                     hint="Commit it first, or use limiter.on(conn) to take part in it on purpose.")
             conn.autocommit = True
-            try:
-                yield conn
-            finally:
-                if not _drivers.sync_closed(self.kind, conn):
-                    conn.autocommit = False
+            return conn, True
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def give(self, conn: Any, restore: bool, ours: bool = False) -> None:
+        try:
+            if restore and not _drivers.sync_closed(self.kind, conn):
+                conn.autocommit = False
+        finally:
+            self.lock.release()
+
+    @contextlib.contextmanager
+    def borrow(self, fresh: bool = False) -> Iterator[Any]:
+        conn, restore = self.take(fresh)
+        try:
+            yield conn
+        finally:
+            self.give(conn, restore)
 
     def discard(self, conn: Any) -> None:
         pass
@@ -61,25 +80,34 @@ class _Single:
 
 class _OwnPool:
     """Connections the limiter opens from a DSN, in autocommit, kept idle
-    between calls (at most max_size at once)."""
+    between calls (at most max_size at once).  Each idle one is kept with a
+    poll object on its socket (see take)."""
 
     reconnects = True
 
     def __init__(self, dsn: str, kind: str, kwargs: dict[str, Any], max_size: int) -> None:
         self.dsn, self.kind, self.kwargs, self.max_size = dsn, kind, kwargs, max_size
-        self.idle: list[Any] = []
+        self.idle: list[tuple[Any, Any]] = []      # (connection, its poller)
         self.lock = threading.Lock()
-        self.slots = threading.BoundedSemaphore(max_size)
+        self.freed = threading.Condition(self.lock)
+        self.lent = 0           # connections out (at most max_size)
+        self.waiting = 0        # threads waiting for one to come back
 
-    @contextlib.contextmanager
-    def borrow(self, fresh: bool = False) -> Iterator[Any]:
-        self.slots.acquire()
+    def take(self, fresh: bool = False) -> tuple[Any, Any]:
+        """(a connection, its poller): an idle one that the server has not
+        closed meanwhile (a restart, a terminate), else a new one."""
+        with self.lock:
+            while self.lent >= self.max_size:
+                self.waiting += 1
+                try:
+                    self.freed.wait()
+                finally:
+                    self.waiting -= 1
+            self.lent += 1
+            entry = self.idle.pop() if self.idle else None
         try:
-            conn = None
-            while conn is None:
-                with self.lock:
-                    conn = self.idle.pop() if self.idle else None
-                if conn is None:
+            while True:
+                if entry is None:
                     try:
                         conn = _drivers.sync_connect(self.kind, self.dsn, self.kwargs)
                     except Exception as exc:
@@ -87,28 +115,48 @@ class _OwnPool:
                         if isinstance(err, ConnectionLost):
                             err = ConnectionLost(f"could not connect: {err.message}")
                         raise err from exc
-                elif fresh or _drivers.sync_closed(self.kind, conn) or \
-                        _drivers.socket_readable(conn.fileno()):
-                    # closed by the server while idle (a restart, a terminate)
+                    return conn, _drivers.poller(_drivers.sync_fileno(conn))
+                conn, poll = entry
+                # an idle session is sent nothing: something to read means the
+                # server closed it (give kept none closed on this side)
+                if fresh or poll is None or poll.poll(0):
                     _drivers.sync_close(conn)
-                    conn = None
-            try:
-                yield conn
-            finally:
-                if _drivers.sync_closed(self.kind, conn) or \
-                        _drivers.sync_in_transaction(self.kind, conn):
-                    _drivers.sync_close(conn)
-                else:
                     with self.lock:
-                        self.idle.append(conn)
+                        entry = self.idle.pop() if self.idle else None
+                    continue
+                return entry
+        except BaseException:
+            with self.lock:
+                self.lent -= 1
+                if self.waiting:
+                    self.freed.notify()
+            raise
+
+    def give(self, conn: Any, poll: Any, ours: bool = False) -> None:
+        keep = ours or not (_drivers.sync_closed(self.kind, conn) or
+                            _drivers.sync_in_transaction(self.kind, conn))
+        with self.lock:
+            if keep:
+                self.idle.append((conn, poll))
+            self.lent -= 1
+            if self.waiting:
+                self.freed.notify()
+        if not keep:
+            _drivers.sync_close(conn)
+
+    @contextlib.contextmanager
+    def borrow(self, fresh: bool = False) -> Iterator[Any]:
+        conn, poll = self.take(fresh)
+        try:
+            yield conn
         finally:
-            self.slots.release()
+            self.give(conn, poll)
 
     def discard(self, conn: Any) -> None:
         _drivers.sync_close(conn)
 
     def forked(self) -> "_OwnPool":
-        for conn in self.idle:
+        for conn, _ in self.idle:
             _drivers.disown(_drivers.sync_fileno(conn))
         self.idle = []
         return _OwnPool(self.dsn, self.kind, self.kwargs, self.max_size)
@@ -116,7 +164,7 @@ class _OwnPool:
     def close(self) -> None:
         with self.lock:
             idle, self.idle = self.idle, []
-        for conn in idle:
+        for conn, _ in idle:
             _drivers.sync_close(conn)
 
 
@@ -129,29 +177,44 @@ class _PsycopgPool:
     def __init__(self, pool: Any) -> None:
         self.pool = pool
 
+    def take(self, fresh: bool = False) -> tuple[Any, bool]:
+        for _ in range(self.pool.max_size + 1):
+            conn = self.pool.getconn()
+            if _drivers.socket_readable(conn.fileno()):
+                conn.close()            # the pool replaces a closed connection
+                self.pool.putconn(conn)
+                continue
+            restore = not conn.autocommit
+            if restore:
+                try:
+                    conn.autocommit = True
+                except BaseException:
+                    self.pool.putconn(conn)
+                    raise
+            return conn, restore
+        raise ConnectionLost("every connection of the pool was closed by the server")
+
+    def give(self, conn: Any, restore: bool, ours: bool = False) -> None:
+        try:
+            if restore and not conn.closed:
+                conn.autocommit = False
+        finally:
+            self.pool.putconn(conn)
+
     @contextlib.contextmanager
     def borrow(self, fresh: bool = False) -> Iterator[Any]:
-        for _ in range(self.pool.max_size + 1):
-            with self.pool.connection() as conn:
-                if _drivers.socket_readable(conn.fileno()):
-                    conn.close()        # the pool replaces a closed connection
-                    continue
-                restore = not conn.autocommit
-                if restore:
-                    conn.autocommit = True
-                try:
-                    yield conn
-                finally:
-                    if restore and not conn.closed:
-                        conn.autocommit = False
-                return
-        raise ConnectionLost("every connection of the pool was closed by the server")
+        conn, restore = self.take(fresh)
+        try:
+            yield conn
+        finally:
+            self.give(conn, restore)
 
     def discard(self, conn: Any) -> None:
         _drivers.sync_close(conn)
 
     def forked(self) -> _OwnPool:
-        kwargs = {k: v for k, v in self.pool.kwargs.items() if k != "autocommit"}
+        # a newer psycopg_pool (Debian sid's) keeps None when given no kwargs
+        kwargs = {k: v for k, v in (self.pool.kwargs or {}).items() if k != "autocommit"}
         return _OwnPool(self.pool.conninfo, "psycopg", kwargs, self.pool.max_size)
 
     def close(self) -> None:
@@ -201,7 +264,7 @@ class Limiter:
                  headers: Mapping[str, str] | None = None, jitter: float = 0.1,
                  max_jitter: float = 1.0, _join: bool = False) -> None:
         self._source = _source(source, driver, pool_size, connect_kwargs, _join)
-        self._pid = os.getpid()
+        self._forks = _drivers.FORKS
         self.schema = schema
         self.headers = dict(headers or {})
         self.jitter, self.max_jitter = jitter, max_jitter
@@ -221,10 +284,10 @@ class Limiter:
         return lim
 
     def _src(self) -> Any:
-        if os.getpid() != self._pid:
+        if _drivers.FORKS != self._forks:
             # a forked child: never the parent's connections
             self._source = self._source.forked()
-            self._pid = os.getpid()
+            self._forks = _drivers.FORKS
         return self._source
 
     def _statements(self) -> _core.Statements:
@@ -245,21 +308,26 @@ class Limiter:
         sql = key if raw else self._statements()[key]
         src = self._src()
         for attempt in (0, 1):
-            with src.borrow(fresh=attempt > 0) as conn:
-                try:
-                    return _drivers.sync_run(src.kind, conn, sql, params)
-                except Exception as exc:
-                    err = translate(exc)
-                    if not isinstance(err, ConnectionLost):
-                        raise err from exc
-                    src.discard(conn)
-                    if safe and src.reconnects and attempt == 0:
-                        continue
-                    if not safe:
-                        raise OutcomeUnknown(
-                            "the connection was lost during the call: whether it took "
-                            "effect is unknown", detail=str(exc).strip()) from exc
+            conn, token = src.take(attempt > 0)
+            ran = False
+            try:
+                rows = _drivers.sync_run(src.kind, conn, sql, params)
+                ran = True
+                return rows
+            except Exception as exc:
+                err = translate(exc)
+                if not isinstance(err, ConnectionLost):
                     raise err from exc
+                src.discard(conn)
+                if safe and src.reconnects and attempt == 0:
+                    continue
+                if not safe:
+                    raise OutcomeUnknown(
+                        "the connection was lost during the call: whether it took "
+                        "effect is unknown", detail=str(exc).strip()) from exc
+                raise err from exc
+            finally:
+                src.give(conn, token, ran)
         raise AssertionError("unreachable")
 
     @contextlib.contextmanager
@@ -278,6 +346,10 @@ class Limiter:
     def try_(self, costs: Costs, cost: float | None = None, *,
              reserve: float | None = None) -> Decision:
         """Take the tokens now if every bucket holds them (all or nothing)."""
+        if reserve is None and type(costs) is str:     # one bucket: the call made most
+            st = self._st or self._statements()
+            return _core.combine(self._exec(st.sql["try"], (costs, _core.cost_of(cost)),
+                                            safe=False, raw=True))
         c = costs_of(costs, cost)
         sql, params, names = _core.try_call(self._statements(), c, reserve)
         return _core.combine(self._exec(sql, params, safe=False, raw=True), names)
