@@ -52,33 +52,7 @@ source "$(dirname "$0")/checks.sh"
 eval "$(declare -f check | sed '1s/check/check_any/')"
 check() { check_any "$KIND limits: $1" "$2"; }
 
-# session NAME: a psql kept open on the fifo $WORK/NAME.in, written to
-# with `say NAME SQL`; its pid in $WORK/NAME.pid
-FDS=""
-session() {
-	mkfifo "$WORK/$1.in"
-	PGAPPNAME=$1 psql -X -A -t -q -d "$DB" <"$WORK/$1.in" >"$WORK/$1.out" 2>&1 &
-	echo $! >"$WORK/$1.pid"
-	disown	# no "Killed" message from bash for the ones the tests kill
-	local fd
-	exec {fd}>"$WORK/$1.in"
-	eval "FD_$1=$fd"
-	FDS="$FDS $fd"
-}
-say() {
-	local fd
-	eval "fd=\$FD_$1"
-	echo "$2" >&"$fd"
-}
-# until SQL: wait (at most 30 s) until the SQL condition is true
-until_true() {
-	for _ in $(seq 300); do
-		[ "$(q -c "SELECT ($1)::text")" = true ] && return 0
-		sleep 0.1
-	done
-	echo "# timed out waiting for: $1"
-	return 1
-}
+source "$(dirname "$0")/sessions.sh"
 # waiting APP: the session's statement is in tb_lease_wait (not yet granted)
 waiting() {
 	until_true "EXISTS (SELECT FROM pg_stat_activity WHERE application_name = '$1'

@@ -28,33 +28,7 @@ trap 'for fd in ${FDS:-}; do eval "exec $fd>&-"; done; kill $(cat "$WORK"/*.pid 
 export PGOPTIONS="${PGOPTIONS:-} -c statement_timeout=90s"
 source "$(dirname "$0")/checks.sh"
 
-# session NAME: a psql kept open on the fifo $WORK/NAME.in, written to
-# with `say NAME SQL`, its output in $WORK/NAME.out; its pid in $WORK/NAME.pid
-FDS=""
-session() {
-	mkfifo "$WORK/$1.in"
-	PGAPPNAME=$1 psql -X -A -t -q -d "$DB" <"$WORK/$1.in" >"$WORK/$1.out" 2>&1 &
-	echo $! >"$WORK/$1.pid"
-	disown
-	local fd
-	exec {fd}>"$WORK/$1.in"
-	eval "FD_$1=$fd"
-	FDS="$FDS $fd"
-}
-say() {
-	local fd
-	eval "fd=\$FD_$1"
-	echo "$2" >&"$fd"
-}
-# until SQL: wait (at most 30 s) until the SQL condition is true
-until_true() {
-	for _ in $(seq 300); do
-		[ "$(q -c "SELECT ($1)::text")" = true ] && return 0
-		sleep 0.1
-	done
-	echo "# timed out waiting for: $1"
-	return 1
-}
+source "$(dirname "$0")/sessions.sh"
 # idle_in_xact APP: the session waits for its client inside a transaction
 idle_in_xact() {
 	until_true "EXISTS (SELECT FROM pg_stat_activity WHERE application_name = '$1'
