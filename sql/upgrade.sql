@@ -1,7 +1,7 @@
 --
--- upgrade: 1.0 updated to 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7 and then 1.8
+-- upgrade: 1.0 updated to 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8 and then 1.9
 -- keeps its buckets and gives exactly the objects of a fresh install (which
--- runs tokenbucket--1.8.sql alone); grants made on the functions 1.2, 1.3
+-- runs tokenbucket--1.9.sql alone); grants made on the functions 1.2, 1.3
 -- and 1.7 replace, and 1.8 alters, are kept.
 --
 -- buckets made under 1.0 (plain SQL: this library is 1.1's)
@@ -54,6 +54,12 @@ SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 GRANT EXECUTE ON FUNCTION tb_settle(text, float8, float8) TO regress_tb_upgrade_worker;
 
 ALTER EXTENSION tokenbucket UPDATE TO '1.8';
+SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
+
+-- under 1.8, a DBA let the role make buckets again and again
+GRANT EXECUTE ON FUNCTION tb_ensure(text, float8, float8, interval, boolean) TO regress_tb_upgrade_worker;
+
+ALTER EXTENSION tokenbucket UPDATE TO '1.9';
 SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 SELECT tb_acquire('kept', 5), tb_acquire('half', 2), tb_acquire('half');
 SELECT tb_acquire_all('{kept,half}'), round(tb_refund('kept', 1)::numeric, 2);
