@@ -78,7 +78,8 @@ static KeptPlan template_plan = {
 static KeptPlan insert_plan = {
 	.sql = "INSERT INTO %1$s.tb_buckets (name, capacity, refill_rate, deficit, updated_at, memory)"
 	" VALUES ($1, $2, $3, 0, $4, $5) ON CONFLICT (name) DO NOTHING",
-	.nargs = 5, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID, BOOLOID}
+	.nargs = 5, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID, BOOLOID},
+	.holds = HELD_BUCKET
 };
 
 /* New settings for a memory bucket's or template's row (NULL keeps one). */
@@ -87,13 +88,15 @@ static KeptPlan memory_settings_plan = {
 	" SET capacity = coalesce($2, capacity), refill_rate = coalesce($3, refill_rate),"
 	" updated_at = GREATEST(updated_at, $4)"
 	" WHERE name OPERATOR(pg_catalog.=) $1 AND memory",
-	.nargs = 4, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID}
+	.nargs = 4, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID},
+	.holds = HELD_BUCKET
 };
 
 /* A memory bucket's or template's row gone. */
 static KeptPlan memory_delete_plan = {
 	.sql = "DELETE FROM %1$s.tb_buckets WHERE name OPERATOR(pg_catalog.=) $1 AND memory",
-	.nargs = 1, .argtypes = {TEXTOID}
+	.nargs = 1, .argtypes = {TEXTOID},
+	.holds = HELD_BUCKET
 };
 
 /*

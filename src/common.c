@@ -24,7 +24,10 @@
 #include "common.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
 #include "utils/acl.h"
+#include "utils/backend_status.h"
 #include "utils/builtins.h"
 #include "utils/float.h"
 #include "utils/lsyscache.h"
@@ -284,6 +287,66 @@ check_may_read(Installation *inst, const char *function,
 			 errmsg("permission denied for view %s", views[0]),
 			 errdetail("%s shows what %s shows, to those who may read it.",
 					   function, views[0])));
+}
+
+/*
+ * The index in the server's array of backend status entries of the
+ * backend whose PGPROC is "proc" (the array is indexed so: see
+ * pgstat_beinit()).
+ */
+#if PG_VERSION_NUM >= 170000
+#define STATUS_INDEX(proc) ((int) GetNumberFromPGProc(proc))
+#else
+#define STATUS_INDEX(proc) ((int) (proc)->backendId - 1)
+#endif
+
+/*
+ * The index of the status entry of the regular backend of process "pid"
+ * (this one included), or -1 if there is none (it went, or it is not a
+ * regular backend).
+ */
+int
+backend_index(int pid)
+{
+	PGPROC	   *proc = BackendPidGetProc(pid);
+	int			index;
+
+	if (proc == NULL)
+		return -1;
+	index = STATUS_INDEX(proc);
+	return index >= 0 && index < MaxBackends ? index : -1;
+}
+
+/*
+ * Read the live status entry at "index" (backend_index()) into *look, as
+ * the server's readers do: again until no write overlapped the read.
+ * False if the entry is free.
+ */
+bool
+backend_look(int index, BackendLook *look)
+{
+	volatile PgBackendStatus *entry;
+
+	if (MyBEEntry == NULL)
+		elog(ERROR, "this backend has no backend status entry");
+	entry = MyBEEntry - STATUS_INDEX(MyProc) + index;
+	for (;;)
+	{
+		int			before;
+		int			after;
+
+		pgstat_begin_read_activity(entry, before);
+		look->pid = entry->st_procpid;
+		look->proc_start = entry->st_proc_start_timestamp;
+		look->state = (int) entry->st_state;
+		look->state_start = entry->st_state_start_timestamp;
+		strlcpy(look->appname, (const char *) entry->st_appname, NAMEDATALEN);
+		pgstat_end_read_activity(entry, after);
+		if (pgstat_read_activity_complete(before, after))
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+	return look->pid != 0;
 }
 
 /* Microseconds in an interval, months as 30 days; false if not finite. */

@@ -129,6 +129,23 @@ check_not_null(FunctionCallInfo fcinfo, const ArgsSpec *spec)
 			report_null_argument(spec, i);
 }
 
+/*
+ * What the server's live status entry of a backend says of it: read in
+ * shared memory, not from pg_stat_activity's copy taken once per
+ * transaction (which knows no backend started since).
+ */
+typedef struct BackendLook
+{
+	int			pid;
+	TimestampTz proc_start;
+	int			state;			/* a BackendState */
+	TimestampTz state_start;
+	char		appname[NAMEDATALEN];
+} BackendLook;
+
+extern bool backend_look(int index, BackendLook *look);
+extern int	backend_index(int pid);
+
 /* The server must be a primary for anything that changes a bucket. */
 extern void check_primary(void);
 

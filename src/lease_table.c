@@ -76,60 +76,25 @@ lease_key(int64 lease)
 }
 
 /*
- * The index in the server's array of backend status entries of the
- * backend whose PGPROC is "proc" (the array is indexed so: see
- * pgstat_beinit()).
- */
-#if PG_VERSION_NUM >= 170000
-#define STATUS_INDEX(proc) ((int) GetNumberFromPGProc(proc))
-#else
-#define STATUS_INDEX(proc) ((int) (proc)->backendId - 1)
-#endif
-
-/*
  * Whether the backend of process "pid" that started at "started" still
- * runs: this one, or the one that has that pid now, if its entry in the
- * server's backend status says it started then (a pid alone could be a
- * later backend's).  The entry is read live, in shared memory, where this
- * backend's own is: what pg_stat_activity reads is a copy taken once per
- * transaction, which knows no backend started since (a holder that
- * connected after it would count as gone).
+ * runs: this one, or the one that has that pid now, if its live status
+ * entry says it started then (a pid alone could be a later backend's, and
+ * pg_stat_activity's copy knows no holder that connected after it).
  */
 static bool
 backend_alive(int pid, TimestampTz started)
 {
-	PGPROC	   *proc;
+	BackendLook look;
 	int			index;
-	volatile PgBackendStatus *entry;
-	int			entry_pid;
-	TimestampTz entry_started;
 
 	if (pid == MyProcPid)
 		return started == MyStartTimestamp;
-	proc = BackendPidGetProc(pid);
-	if (proc == NULL)
-		return false;			/* the common case of a dead holder: no look */
-	if (MyBEEntry == NULL)
-		elog(ERROR, "this backend has no backend status entry");
-	/* a holder is a regular backend; anything else (it went meanwhile) is not */
-	index = STATUS_INDEX(proc);
-	if (index < 0 || index >= MaxBackends)
+	index = backend_index(pid);
+	/* the common case of a dead holder: no look */
+	if (index < 0)
 		return false;
-	entry = MyBEEntry - STATUS_INDEX(MyProc) + index;
-	for (;;)
-	{
-		int			before;
-		int			after;
-
-		pgstat_begin_read_activity(entry, before);
-		entry_pid = entry->st_procpid;
-		entry_started = entry->st_proc_start_timestamp;
-		pgstat_end_read_activity(entry, after);
-		if (pgstat_read_activity_complete(before, after))
-			break;
-		CHECK_FOR_INTERRUPTS();
-	}
-	return entry_pid == pid && entry_started == started;
+	return backend_look(index, &look) && look.pid == pid &&
+		look.proc_start == started;
 }
 
 /*

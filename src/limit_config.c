@@ -135,7 +135,8 @@ limit_reserve_slots(int32 max_in_flight, double reserve)
 static KeptPlan create_limit_plan = {
 	.sql = "INSERT INTO %1$s.tb_limits (name, max_in_flight, memory) VALUES ($1, $2, $3)"
 	" ON CONFLICT (name) DO NOTHING",
-	.nargs = 3, .argtypes = {TEXTOID, INT4OID, BOOLOID}
+	.nargs = 3, .argtypes = {TEXTOID, INT4OID, BOOLOID},
+	.holds = HELD_LIMIT
 };
 
 /* A new limit, its row; false when the name is taken. */
@@ -152,7 +153,8 @@ limit_config_insert(Oid relid, text *name, int32 max_in_flight, bool memory)
 static KeptPlan alter_limit_plan = {
 	.sql = "UPDATE %1$s.tb_limits SET max_in_flight = $2"
 	" WHERE name OPERATOR(pg_catalog.=) $1",
-	.nargs = 2, .argtypes = {TEXTOID, INT4OID}
+	.nargs = 2, .argtypes = {TEXTOID, INT4OID},
+	.holds = HELD_LIMIT
 };
 
 /* A new max_in_flight for limit "name"; false when it has no row. */
@@ -193,7 +195,8 @@ limit_config_row(Oid relid, text *name, int32 *max_in_flight, bool *memory)
 /* A limit's row gone: whether it was a memory limit. */
 static KeptPlan drop_limit_plan = {
 	.sql = "DELETE FROM %1$s.tb_limits WHERE name OPERATOR(pg_catalog.=) $1 RETURNING memory",
-	.nargs = 1, .argtypes = {TEXTOID}
+	.nargs = 1, .argtypes = {TEXTOID},
+	.holds = HELD_LIMIT
 };
 
 /*

@@ -156,7 +156,8 @@ request_areas(void)
 	for (int i = 0; i < nareas; i++)
 	{
 		RequestAddinShmemSpace(areas[i]->size());
-		RequestNamedLWLockTranche(areas[i]->name, areas[i]->nlocks());
+		if (areas[i]->nlocks != NULL)
+			RequestNamedLWLockTranche(areas[i]->name, areas[i]->nlocks());
 	}
 }
 
@@ -190,7 +191,8 @@ shmem_startup(void)
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	for (int i = 0; i < nareas; i++)
-		areas[i]->attach(GetNamedLWLockTranche(areas[i]->name));
+		areas[i]->attach(areas[i]->nlocks == NULL ? NULL :
+						 GetNamedLWLockTranche(areas[i]->name));
 	LWLockRelease(AddinShmemInitLock);
 
 	/* in the postmaster, at its start or its restart after a crash */

@@ -55,7 +55,7 @@ typedef struct SharedArea
 {
 	const char *name;
 	Size		(*size) (void);	/* bytes it needs */
-	int			(*nlocks) (void);	/* LWLocks of its tranche */
+	int			(*nlocks) (void);	/* LWLocks of its tranche (NULL: none) */
 
 	/*
 	 * Called in every process, under AddinShmemInitLock, to make or find

@@ -130,7 +130,9 @@ spi_end(SpiSession *session)
 static uint64
 run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls, bool latest)
 {
-	int			rc;
+	MemoryContext context = CurrentMemoryContext;
+	HeldBound	bound;
+	volatile int rc = 0;
 
 	check_version(relid);
 	if (plan->plan == NULL || plan->relid != relid)
@@ -162,11 +164,28 @@ run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls, bool latest)
 		plan->plan = prepared;
 		plan->relid = relid;
 	}
-	if (latest)
-		rc = SPI_execute_snapshot(plan->plan, args, nulls, GetLatestSnapshot(),
-								  InvalidSnapshot, true, false, 0);
-	else
-		rc = SPI_execute_plan(plan->plan, args, nulls, false, 0);
+	/* waits for another transaction are bounded; one too long, reported */
+	held_bound_begin(&bound);
+	PG_TRY();
+	{
+		if (latest)
+			rc = SPI_execute_snapshot(plan->plan, args, nulls, GetLatestSnapshot(),
+									  InvalidSnapshot, true, false, 0);
+		else
+			rc = SPI_execute_plan(plan->plan, args, nulls, false, 0);
+	}
+	PG_CATCH();
+	{
+		held_bound_end(&bound);
+		if (plan->holds != HELD_NOTHING)
+			held_report_locked(&bound, plan->holds, relid,
+							   DatumGetTextPP(args[0]), context);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	held_bound_end(&bound);
+	if (rc > 0 && SPI_processed > 0 && plan->holds != HELD_NOTHING)
+		held_note(plan->holds, relid, DatumGetTextPP(args[0]));
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0 && SPI_tuptable != NULL)

@@ -13,6 +13,7 @@
 
 #include "common.h"
 #include "executor/spi.h"
+#include "held.h"
 
 /* What spi_begin() changed, for spi_end() to restore. */
 typedef struct SpiSession
@@ -28,13 +29,17 @@ extern void spi_end(SpiSession *session);
 
 /*
  * A statement on the extension's tables, prepared once per backend and
- * installation: %1$s in "sql" is the installation's schema, quoted.
+ * installation: %1$s in "sql" is the installation's schema, quoted.  A
+ * statement that locks the row of the bucket or limit its $1 names says
+ * so in "holds": the rows it processes are held until the transaction
+ * ends (held.c).
  */
 typedef struct KeptPlan
 {
 	const char *sql;
 	int			nargs;
 	Oid			argtypes[10];
+	HeldKind	holds;			/* the row of the bucket or limit $1 names, locked */
 	SPIPlanPtr	plan;			/* NULL until prepared */
 	Oid			relid;			/* the installation it was prepared for */
 } KeptPlan;

@@ -56,7 +56,8 @@ static KeptPlan take_plan = {
 	" AND CASE WHEN b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
 	" THEN %1$s.tb_take(" TAKE_ARGS ") END IS NOT NULL"
 	" RETURNING " BUCKET_COLUMNS,
-	.nargs = 3, .argtypes = {TEXTOID, FLOAT8OID, TIMESTAMPTZOID}
+	.nargs = 3, .argtypes = {TEXTOID, FLOAT8OID, TIMESTAMPTZOID},
+	.holds = HELD_BUCKET
 };
 
 /*
@@ -73,7 +74,8 @@ static KeptPlan take_reserve_plan = {
 	" AND CASE WHEN b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
 	" THEN %1$s.tb_take(" TAKE_RESERVE_ARGS ") END IS NOT NULL"
 	" RETURNING " BUCKET_COLUMNS,
-	.nargs = 4, .argtypes = {TEXTOID, FLOAT8OID, TIMESTAMPTZOID, FLOAT8OID}
+	.nargs = 4, .argtypes = {TEXTOID, FLOAT8OID, TIMESTAMPTZOID, FLOAT8OID},
+	.holds = HELD_BUCKET
 };
 
 static KeptPlan peek_plan = {
@@ -85,7 +87,8 @@ static KeptPlan peek_plan = {
 static KeptPlan lock_plan = {
 	.sql = "SELECT " BUCKET_COLUMNS " FROM %1$s.tb_buckets"
 	" WHERE name OPERATOR(pg_catalog.=) $1 AND NOT memory FOR NO KEY UPDATE",
-	.nargs = 1, .argtypes = {TEXTOID}
+	.nargs = 1, .argtypes = {TEXTOID},
+	.holds = HELD_BUCKET
 };
 
 static KeptPlan write_plan = {
@@ -93,19 +96,22 @@ static KeptPlan write_plan = {
 	" SET capacity = $2, refill_rate = $3, deficit = $4, updated_at = $5,"
 	" paused_until = $6"
 	" WHERE name OPERATOR(pg_catalog.=) $1",
-	.nargs = 6, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	.nargs = 6, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID},
+	.holds = HELD_BUCKET
 };
 
 /* a bucket made from a template, in its state after its first take */
 static KeptPlan insert_made_plan = {
 	.sql = "INSERT INTO %1$s.tb_buckets (name, capacity, refill_rate, deficit, updated_at, template)"
 	" VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO NOTHING",
-	.nargs = 6, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID, TEXTOID}
+	.nargs = 6, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID, TEXTOID},
+	.holds = HELD_BUCKET
 };
 
 static KeptPlan delete_plan = {
 	.sql = "DELETE FROM %1$s.tb_buckets WHERE name OPERATOR(pg_catalog.=) $1 AND NOT memory",
-	.nargs = 1, .argtypes = {TEXTOID}
+	.nargs = 1, .argtypes = {TEXTOID},
+	.holds = HELD_BUCKET
 };
 
 static KeptPlan delete_made_plan = {

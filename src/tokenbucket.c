@@ -24,6 +24,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "common.h"
+#include "held.h"
 #include "lease.h"
 #include "limit_router.h"
 #include "shard_call.h"
@@ -97,6 +98,7 @@ _PG_init(void)
 	router_init();
 	limit_router_init();
 	xact_init();
+	held_init();
 	shard_call_init();
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = object_accessed;

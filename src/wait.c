@@ -23,8 +23,8 @@
  * or REINDEX (and every call queued behind those) wait for it.  Every lock
  * a waiter waits for (its queue, a row another transaction holds) is
  * waited for until the waiter's deadline at most, whatever the session's
- * lock_timeout: the timeout argument is the promise, and a NULL timeout
- * waits until statement_timeout.
+ * lock_timeout or tokenbucket.row_lock_timeout: the timeout argument is
+ * the promise, and a NULL timeout waits until statement_timeout.
  *
  * src/wait.c
  *
@@ -37,6 +37,7 @@
 #include "access/xact.h"
 #include "common.h"
 #include "common/hashfn.h"
+#include "held.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
@@ -100,9 +101,12 @@ timed_step(void *arg)
 
 	(void) set_config_option("lock_timeout", timed->timeout_ms, PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	/* the deadline, not tokenbucket.row_lock_timeout (held.c) */
+	held_bound_by_timeout(true);
 	kept = timed->step(timed->arg);
 	/* a timeout that fired as the last lock was granted must fire here */
 	CHECK_FOR_INTERRUPTS();
+	held_bound_by_timeout(false);
 	AtEOXact_GUC(true, nestlevel);
 	return kept;
 }

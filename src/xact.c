@@ -28,7 +28,9 @@
  *	   freed and releases undone (abort).  What it frees is counted at once.
  *	3. limits' queues (limit_wake.c): which to wake, once the transaction's
  *	   locks are gone (the resource-release callback), or at exit.
- *	4. the counters (stats.c): last, so that everything above has counted
+ *	4. the note of the rows the transaction holds (held.c): forgotten at
+ *	   its end, a subtransaction's at its abort.
+ *	5. the counters (stats.c): last, so that everything above has counted
  *	   what it counts before the transaction's counts are flushed.
  *
  * A subtransaction ends in the same order, each part making what the level
@@ -67,6 +69,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "held.h"
 #include "lease_memory_xact.h"
 #include "lib/stringinfo.h"
 #include "limit_wake.h"
@@ -161,6 +164,7 @@ xact_callback(XactEvent event, void *arg)
 	memory_xact_end(commit);
 	lease_memory_xact_end(commit);
 	limit_wake_xact_end(commit);
+	held_xact_end();
 	stats_xact_end(commit);
 }
 
@@ -176,6 +180,7 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	memory_subxact_end(commit);
 	lease_memory_subxact_end(mySubid, parentSubid, commit);
 	limit_wake_subxact_end(mySubid, parentSubid, commit);
+	held_subxact_end(commit);
 	stats_subxact_end(commit);
 }
 

@@ -22,6 +22,8 @@
 #   wait          test/wait.sh: waiting on the real clock
 #   leases        test/leases.sh: in-flight limits with sessions killed,
 #                 terminated and failing; waits; 64 sessions on 3 slots
+#   held          test/held.sh: a row another transaction holds: bounded, 55P03
+#                 naming the holder; tb_held
 #   locks         test/locks.sh: timeouts whatever holds a row; sleepers
 #                 never hold up a DBA's ALTER TABLE
 #   xact          test/xact.sh: a memory lease released by a transaction
@@ -191,6 +193,7 @@ SUITES=(
 	"partitions suite_own proxy/test/partitions"
 	"wait suite_shell test/wait"
 	"locks suite_shell test/locks"
+	"held suite_shell test/held"
 	"xact suite_shell test/xact"
 	"stats suite_own proxy/test/stats"
 	"exporter suite_shell test/exporter"

@@ -41,6 +41,7 @@ if pgbench -n -c 64 -j 2 -T "$STRESS_SECONDS" -f "$LOAD/hot.sql@4" -f "$LOAD/col
 	echo "ok 1 - 64 sessions for ${STRESS_SECONDS}s: no error, no deadlock"
 else
 	echo "not ok 1 - pgbench reported errors"
+	grep -i -m 5 'error\|deadlock' "$W/out" | sed 's/^/# /'
 	sed 's/^/# /' "$W/out" | tail -n 20
 fi
 grep -E '^(number of transactions actually processed|tps)' "$W/out" | sed 's/^/# /'
