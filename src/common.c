@@ -308,7 +308,7 @@ check_may_read(Installation *inst, const char *function,
 int
 backend_index(int pid)
 {
-	PGPROC	   *proc = BackendPidGetProc(pid);
+	PGPROC	   *proc = pid == MyProcPid ? MyProc : BackendPidGetProc(pid);
 	int			index;
 
 	if (proc == NULL)

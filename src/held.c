@@ -82,8 +82,9 @@ typedef struct HeldSlot
 /* the slots, one per backend status entry (NULL: not preloaded) */
 static HeldSlot *slots = NULL;
 
-/* this backend's slot's index, once looked up */
+/* this backend's slot's index (-1: none), once looked up */
 static int	my_index = -1;
+static bool my_index_known = false;
 
 /* this transaction noted something: its end has a slot to clear */
 static bool noted = false;
@@ -131,8 +132,11 @@ my_slot(void)
 {
 	if (slots == NULL)
 		return NULL;
-	if (my_index < 0)
+	if (!my_index_known)
+	{
 		my_index = backend_index(MyProcPid);
+		my_index_known = true;
+	}
 	return my_index < 0 ? NULL : &slots[my_index];
 }
 
@@ -177,7 +181,7 @@ held_note(HeldKind kind, Oid relid, text *name)
 		entry->kind = kind;
 		entry->relid = relid;
 		entry->level = level;
-		entry->since = GetCurrentTimestamp();
+		entry->since = GetCurrentStatementStartTimestamp();
 		entry->len = len;
 		memcpy(entry->name, VARDATA_ANY(name), Min(len, SHARED_NAME_MAX_BYTES));
 	}
