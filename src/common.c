@@ -340,7 +340,7 @@ backend_look(int index, BackendLook *look)
 		look->proc_start = entry->st_proc_start_timestamp;
 		look->state = (int) entry->st_state;
 		look->state_start = entry->st_state_start_timestamp;
-		strlcpy(look->appname, (const char *) entry->st_appname, NAMEDATALEN);
+		snprintf(look->appname, NAMEDATALEN, "%s", (const char *) entry->st_appname);
 		pgstat_end_read_activity(entry, after);
 		if (pgstat_read_activity_complete(before, after))
 			break;
