@@ -188,6 +188,6 @@ expect 15 "memory limit: the same, ended counted as each session exits" \
 expect 16 "memory limit template: mt:* sums its names (leases, refused), which are not exported one by one" \
 	"$(metric tokenbucket_limit_template_leases_total template 'mt:*') $(metric tokenbucket_limit_template_refused_total template 'mt:*') $(grep -c 'limit="mt:' "$METRICS" || true)" \
 	"2 1 0"
-expect 17 "the monitoring role was granted EXECUTE on no function (README gives it none)" \
+expect 17 "the monitoring role was granted EXECUTE on no function (the docs give it none)" \
 	"$(q -c "SELECT count(*) FROM pg_proc p, aclexplode(p.proacl) AS a
 	         WHERE a.grantee = 'regress_tb_prometheus'::regrole")" 0

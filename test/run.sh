@@ -42,7 +42,7 @@
 #                 the proxy against each older version updated
 #   hung          proxy/test/hung.sh: a shard that does not answer, stopped
 #                 or restarted: class 08 within the bound the DBA sets
-#   setup         proxy/test/setup.sh: README.md's proxy set-up, as written,
+#   setup         proxy/test/setup.sh: docs/more-than-one-server.md's set-up, as written,
 #                 with scram logins and least-privileged roles
 #   move          proxy/test/move.sh: four partitions on one server moved,
 #                 three of them, to two others under load: fenced calls
