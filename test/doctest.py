@@ -164,7 +164,7 @@ def check_debs(text):
                           text=True).stdout.strip() or "amd64"
     problems = []
     for m in re.finditer(r"\b((?:postgresql-\d+-tokenbucket(?:-proxy)?|python3-tokenbucket))"
-                         r"_([^_\s`]+)_([a-z0-9]+)\.deb", text):
+                         r"_([0-9][^_\s`]*)_([a-z0-9]+)\.deb", text):
         want = "all" if m.group(1).endswith("-proxy") or m.group(1).startswith("python3") else arch
         if m.group(2) != version or m.group(3) != want:
             problems.append("%s: make deb builds %s_%s_%s.deb (debian/changelog)"
