@@ -205,6 +205,7 @@ SUITES=(
 	"isolation suite_isolation"
 	"pgtap suite_pgtap"
 	"pgxn suite_own test/pgxn"
+	"docs suite_shell test/doctest"
 )
 for t in "$TOP"/test/t/*.pl; do
 	SUITES+=("tap/$(basename "$t" .pl) suite_tap test/t/$(basename "$t")")
