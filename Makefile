@@ -79,7 +79,7 @@ all install installcheck installcheck-pgtap prove_installcheck:
 	      "or install postgresql-server-dev-NN and set PG_CONFIG." >&2; exit 1
 endif
 
-.PHONY: demo test test-versions deb bench bench-compare bench-instructions
+.PHONY: demo test test-versions deb dist bench bench-compare bench-instructions
 
 # Both set up a fresh Debian 12 machine as root (packages, build, install,
 # a throwaway server) and clean up after themselves.
@@ -99,6 +99,16 @@ test-versions:
 # into build/debs.
 deb:
 	bash scripts/deb.sh
+
+# The archive PGXN takes, described by META.json: the committed tree (HEAD)
+# as a zip, every file under tokenbucket-<version>/, into DISTDIR (default
+# the top folder).  pgxn install ./tokenbucket-<version>.zip builds it.
+DISTVERSION = $(EXTVERSION).0
+DISTDIR ?= .
+dist:
+	git archive --format zip --prefix=$(EXTENSION)-$(DISTVERSION)/ \
+		--output $(DISTDIR)/$(EXTENSION)-$(DISTVERSION).zip HEAD
+	@echo "$(DISTDIR)/$(EXTENSION)-$(DISTVERSION).zip"
 
 # Not a test: throughput and latency of every scenario against the
 # alternatives, in one run (BENCH_SECONDS per run, default 10).

@@ -64,7 +64,8 @@ packages_of() {
 		"postgresql-$1" "postgresql-server-dev-$1" postgresql-server-dev-all \
 		"postgresql-$1-pgtap" libtap-parser-sourcehandler-pgtap-perl libipc-run-perl \
 		"postgresql-$1-plproxy" prometheus-postgres-exporter debhelper dpkg-dev \
-		dh-python pybuild-plugin-pyproject python3-all python3-setuptools python3-httpx
+		dh-python pybuild-plugin-pyproject python3-all python3-setuptools python3-httpx \
+		pgxnclient
 }
 
 WORK=$(mktemp -d /tmp/tokenbucket-versions.XXXXXX)

@@ -3,8 +3,8 @@
 # end to end.  Known traffic (100 grants and 50 denials on a table bucket,
 # 3 waits, grants and denials on per-key memory buckets), then Debian's
 # prometheus-postgres-exporter started against the test server with that
-# file, connected as a monitoring role given what README.md's Prometheus
-# set-up gives it (its SQL block, run as written, with the extension in a
+# file, connected as a monitoring role given what the Prometheus set-up
+# of docs/counters-and-prometheus.md gives it (its SQL block, run as written, with the extension in a
 # schema of its own, limits: SELECT on the views, and the role's
 # search_path), nothing else, and /metrics scraped
 # over loopback with curl: every number must be exact (a wait ended by
@@ -32,7 +32,7 @@ trap cleanup EXIT
 source "$TOP/test/checks.sh"
 
 # this script's own sessions find the extension in its schema; the
-# exporter's role only through what README.md gives it
+# exporter's role only through what docs/counters-and-prometheus.md gives it
 q() { PGOPTIONS="-c search_path=limits,public" psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
 
 echo "1..17"
@@ -83,12 +83,12 @@ done
 
 q -c "SET statement_timeout = 200" -c "SELECT tb_acquire_wait('stuck', 1, '1 hour')" >/dev/null 2>&1 || true
 
-# the monitoring role: README.md's block under "**Prometheus.**", as
-# written (its role named for the tests)
-/usr/bin/python3 - "$TOP/README.md" >"$WORK/grants.sql" <<'PY'
+# the monitoring role: the first block under "## Prometheus" of
+# docs/counters-and-prometheus.md, as written (its role named for the tests)
+/usr/bin/python3 - "$TOP/docs/counters-and-prometheus.md" >"$WORK/grants.sql" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
-block = re.search(r'\*\*Prometheus\.\*\*.*?```sql\n(.*?)```', text, re.S).group(1)
+block = re.search(r'^## Prometheus\n.*?```sql\n(.*?)```', text, re.S | re.M).group(1)
 print(re.sub(r'\bprometheus\b', 'regress_tb_prometheus', block))
 PY
 psql -X -q -v ON_ERROR_STOP=1 -d "$DB" -f "$WORK/grants.sql" >/dev/null
@@ -188,6 +188,6 @@ expect 15 "memory limit: the same, ended counted as each session exits" \
 expect 16 "memory limit template: mt:* sums its names (leases, refused), which are not exported one by one" \
 	"$(metric tokenbucket_limit_template_leases_total template 'mt:*') $(metric tokenbucket_limit_template_refused_total template 'mt:*') $(grep -c 'limit="mt:' "$METRICS" || true)" \
 	"2 1 0"
-expect 17 "the monitoring role was granted EXECUTE on no function (README gives it none)" \
+expect 17 "the monitoring role was granted EXECUTE on no function (the docs give it none)" \
 	"$(q -c "SELECT count(*) FROM pg_proc p, aclexplode(p.proacl) AS a
 	         WHERE a.grantee = 'regress_tb_prometheus'::regrole")" 0

@@ -44,13 +44,20 @@
 #                 the proxy against each older version updated
 #   hung          proxy/test/hung.sh: a shard that does not answer, stopped
 #                 or restarted: class 08 within the bound the DBA sets
-#   setup         proxy/test/setup.sh: README.md's proxy set-up, as written,
+#   setup         proxy/test/setup.sh: docs/more-than-one-server.md's set-up, as written,
 #                 with scram logins and least-privileged roles
 #   move          proxy/test/move.sh: four partitions on one server moved,
 #                 three of them, to two others under load: fenced calls
 #                 fail with class 08, no window overdrawn, each bucket once
 #   python        clients/python/test.sh: the Python client's pytest suite,
 #                 against the stand-in provider where it needs one
+#   docs          test/doctest.sh: every sql and sh block of README.md,
+#                 docs/, bench/README.md and CONTRIBUTING.md run against a
+#                 throwaway server, output checked where shown; and the
+#                 runner failing on broken blocks
+#   pgxn          test/pgxn.sh: META.json against the PGXN spec, make dist,
+#                 and pgxnclient installing its zip into a copy of the
+#                 server under test, then CREATE EXTENSION and tb_acquire
 #   examples/X    test/examples.sh X: examples/X in a short mode, with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
 #
@@ -77,6 +84,7 @@ case " ${TB_SKIP:-} " in *" examples "*) EXAMPLE_PACKAGES=() ;; esac
 # suites run side by side and must not wait for dpkg's lock (nor fail on it)
 tb_install_packages "postgresql-$PGVERSION-pgtap" libtap-parser-sourcehandler-pgtap-perl \
 	libipc-run-perl valgrind prometheus-postgres-exporter curl "postgresql-$PGVERSION-plproxy" \
+	pgxnclient git \
 	"${EXAMPLE_PACKAGES[@]}" "${PYTHON_PACKAGES[@]}"
 tb_build_install
 # the examples' own run.sh builds and installs nothing more
@@ -199,6 +207,8 @@ SUITES=(
 	"exporter suite_shell test/exporter"
 	"isolation suite_isolation"
 	"pgtap suite_pgtap"
+	"pgxn suite_own test/pgxn"
+	"docs suite_shell test/doctest"
 )
 for t in "$TOP"/test/t/*.pl; do
 	SUITES+=("tap/$(basename "$t" .pl) suite_tap test/t/$(basename "$t")")

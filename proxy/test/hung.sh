@@ -3,7 +3,7 @@
 # through tokenbucket_proxy (issue 26, findings 1 and 6; issue 45, item 6).
 # Four partitions: p0 and p3 on server a, p1 on a listener that accepts
 # connections and never answers, p2 on server b; the cluster has
-# query_timeout '2', as README.md's set-up has it, and the callers set no
+# query_timeout '2', as docs/more-than-one-server.md's set-up has it, and the callers set no
 # statement_timeout: the proxy's own bound (tokenbucket.proxy_timeout,
 # 5 s by default) ends their calls.  Each case runs in one proxy session
 # and is timed there: a call to the listener, and one to a shard backend

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# proxy/test/setup.sh: README.md's "Set-up, step by step" (More than one
-# server), run as written on three throwaway servers: every code block of
+# proxy/test/setup.sh: "Set-up, step by step" of docs/more-than-one-server.md,
+# run as written on three throwaway servers: every code block of
 # the section, in order, where its first line says it runs (a shard's
 # postgresql.conf or pg_hba.conf, each shard server, each partition's
 # database, the proxy server, the proxy database as a superuser, as dba,
@@ -11,7 +11,7 @@
 # that are not superusers and can do no more than they need; no password
 # a non-superuser can read logs in as a superuser; app spends and may not
 # make, dba makes, reads, purges and resets; a ROLLBACK on the proxy gives
-# nothing back, as the README says.  Prints TAP.
+# nothing back, as the guide says.  Prints TAP.
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 source "$TOP/proxy/test/tap.sh"
@@ -34,11 +34,11 @@ declare -A DBS_OF=([s1]="tb_p0 tb_p2" [s2]="tb_p1 tb_p3")
 
 # the section's code blocks, unindented, each in a file, and the first
 # line of each (where it runs) in blocks.list
-/usr/bin/python3 - "$TOP/README.md" "$W" <<'PY'
+/usr/bin/python3 - "$TOP/docs/more-than-one-server.md" "$W" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
-start = text.index('### Set-up, step by step')
-end = text.index('\n### ', start + 1)
+start = text.index('\n## Set-up, step by step')
+end = text.index('\n## ', start + 1)
 blocks = re.findall(r'^( *)```[a-z]*\n(.*?)^\1```', text[start:end], re.M | re.S)
 with open(sys.argv[2] + '/blocks.list', 'w') as index:
     for i, (indent, body) in enumerate(blocks):
@@ -46,7 +46,7 @@ with open(sys.argv[2] + '/blocks.list', 'w') as index:
         open('%s/block.%d' % (sys.argv[2], i), 'w').write('\n'.join(lines) + '\n')
         index.write('%d %s\n' % (i, lines[0]))
 PY
-# loopback and the servers' ports in place of the README's addresses
+# loopback and the servers' ports in place of the guide's addresses
 localize() {
 	sed -E -e "s/host=10\.0\.0\.1 /host=127.0.0.1 port=${PX_PORT[s1]} /" \
 		-e "s/host=10\.0\.0\.2 /host=127.0.0.1 port=${PX_PORT[s2]} /" \
@@ -101,9 +101,9 @@ while read -r i where; do
 done <"$W/blocks.list" 2>"$W/errors"
 blocks=$(wc -l <"$W/blocks.list")
 if [ ${#failed[@]} -eq 0 ] && [ "$ran" -ge 8 ]; then
-	ok "README.md's set-up: its $ran blocks ran as written, each where it says"
+	ok "docs/more-than-one-server.md's set-up: its $ran blocks ran as written, each where it says"
 else
-	not_ok "README.md's set-up: $ran of $blocks blocks ran" "${failed[@]}" "$(head -n 20 "$W/errors")"
+	not_ok "docs/more-than-one-server.md's set-up: $ran of $blocks blocks ran" "${failed[@]}" "$(head -n 20 "$W/errors")"
 fi
 
 # 2. the links are password logins over TCP, and only those
@@ -185,17 +185,17 @@ else
 	not_ok "dba through the proxy" "$out"
 fi
 
-# 7. what the README says of transactions: a ROLLBACK gives nothing back
+# 7. what the guide says of transactions: a ROLLBACK gives nothing back
 as "${DBA[@]}" -c "SELECT tb_create('rb', 5, 1, '1000 hours')" >/dev/null
 as "${APP[@]}" -c "BEGIN" -c "SELECT tb_acquire('rb', 2)" -c "ROLLBACK" >/dev/null
 left=$(as "${APP[@]}" -c "SELECT round(remaining) FROM tb_peek('rb', 0)")
 if [ "$left" = 3 ]; then
-	ok "a tb_acquire through the proxy rolled back on the proxy stays taken (3 of 5 left), as the README says"
+	ok "a tb_acquire through the proxy rolled back on the proxy stays taken (3 of 5 left), as the guide says"
 else
 	not_ok "ROLLBACK through the proxy: $left left"
 fi
 
-# 8. the superuser goes through PUBLIC's mapping, as the README warns
+# 8. the superuser goes through PUBLIC's mapping, as the guide warns
 out=$(px_psql proxy tb_proxy -c "SELECT tb_create('su', 1, 1)" 2>&1 || true)
 if grep -q 'permission denied for function tb_create' <<<"$out"; then
 	ok "the proxy's superuser, mapped through PUBLIC to tb_proxy_app, may not make buckets on the shards"

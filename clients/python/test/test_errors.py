@@ -1,4 +1,4 @@
-"""Every SQLSTATE of README's Errors table has its class, and each that one
+"""Every SQLSTATE of the Errors table of docs/sql-reference.md has its class, and each that one
 server can raise is raised through the client, with its detail and hint."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from conftest import TOP, conninfo, make_bucket, url
 
 
 def readme_sqlstates() -> list[str]:
-    text = (TOP / "README.md").read_text()
+    text = (TOP / "docs" / "sql-reference.md").read_text()
     section = text.split("### Errors", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"^\| `([0-9A-Z]{5})` ", section, re.M)
 
