@@ -46,7 +46,7 @@
  * counted at PREPARE, as PostgreSQL's own statistics are): nothing of
  * theirs is left for COMMIT PREPARED or ROLLBACK PREPARED to do.
  *
- * What other sessions see of shared memory follows one rule (README.md,
+ * What other sessions see of shared memory follows one rule (docs/guarantees.md,
  * "Guarantees"): a change that takes capacity (a grant, a lease, a longer
  * pause) takes effect at once and is given back if its (sub)transaction
  * aborts; one that gives capacity back (a refund, a settlement downward, a

@@ -7,7 +7,7 @@
 -- Every function of tokenbucket that an application or a DBA calls on
 -- buckets, with the same name, arguments and result, on a database in
 -- front of the PL/Proxy cluster named tokenbucket (a foreign server of the
--- plproxy wrapper, see README.md, "More than one server").  Each call on a
+-- plproxy wrapper, see docs/more-than-one-server.md).  Each call on a
 -- bucket runs, whole, on the one shard (partition) that holds it; the
 -- shard's tokenbucket does the work exactly as it does for a direct call,
 -- and the proxy relays its answer or its error.  The shards run tokenbucket
@@ -709,7 +709,7 @@ $make$;
 -- Making, changing, dropping and purging.  A template, and tb_purge, act
 -- on every partition: PL/Proxy sends the call to each at once, and each
 -- commits its part on its own, so one that fails leaves the others done
--- (README.md says how to finish the job).  PL/Proxy runs a call on several
+-- (docs/more-than-one-server.md says how to finish the job).  PL/Proxy runs a call on several
 -- partitions only as a set-returning function: the tb_shards_* functions
 -- are those, and tb_create, tb_alter, tb_drop and tb_purge keep
 -- tokenbucket's results around them.  None is STRICT: a NULL goes to the
