@@ -12,6 +12,8 @@ CREATE EXTENSION tokenbucket;
 SELECT tb_create('b', 10, 1, '1000 hours'), tb_create('c', 10, 1, '1000 hours'),
        tb_create_limit('l', 5);
 SELECT tb_lease('l') AS lease \gset
+INSERT INTO tb_prices (model, currency, input_per_million, output_per_million)
+VALUES ('m', 'EUR', 1, 2);
 
 -- a valid value for each argument, by its name; a function's own first
 CREATE TEMP TABLE samples (function text, argument text, value text);
@@ -24,6 +26,9 @@ INSERT INTO samples VALUES
 	(NULL, 'per', '''1 minute'''), (NULL, 'memory', 'false'), (NULL, 'max_in_flight', '3'),
 	(NULL, 'slots', '1'), (NULL, 'hold', '''session'''), (NULL, 'ttl', '''1 minute'''),
 	(NULL, 'buckets', '''{b}'''), (NULL, 'lease', :'lease'),
+	-- a call's price and tokens
+	(NULL, 'model', '''m'''), (NULL, 'input_tokens', '1000'), (NULL, 'output_tokens', '100'),
+	(NULL, 'cached_input_tokens', '10'),
 	-- the pure helpers' columns of a bucket
 	(NULL, 'refill_rate', '1'), (NULL, 'deficit', '0'), (NULL, 'updated_at', 'now()'),
 	(NULL, 'at', 'now()'), (NULL, 'paused_until', '''-infinity'''), (NULL, 'new_capacity', '5'),

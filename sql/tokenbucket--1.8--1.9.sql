@@ -1,5 +1,6 @@
 /* tokenbucket--1.8--1.9.sql: tb_held, the rows open transactions hold
- * (a wait for one is bounded by tokenbucket.row_lock_timeout). */
+ * (a wait for one is bounded by tokenbucket.row_lock_timeout); tb_prices,
+ * tb_price and tb_cost, for budgets in money. */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "ALTER EXTENSION tokenbucket UPDATE TO '1.9'" to load this file. \quit
@@ -41,3 +42,178 @@ LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid OPERATOR(pg_catalog.=) h.pid
 
 COMMENT ON VIEW @extschema@.tb_held IS
 	'each bucket and limit whose row an open transaction holds by a call of tokenbucket''s: its holder''s pid, role, application, state, since when, how long idle in transaction, and how many sessions wait for it';
+
+--
+-- Money.  A budget in money is a bucket whose tokens are a currency's
+-- units (capacity 500 for 500 EUR): a call reserves its estimated cost
+-- with tb_acquire and settles with the cost of the usage the provider
+-- reports with tb_settle.  tb_cost gives that cost, from the price of the
+-- model in force at the call's moment, in exact numeric.  The prices are
+-- the DBA's, like tb_buckets, and dumped.  A row is in force from
+-- valid_from until the model's next row (the default, -infinity: from
+-- always); a price change is a new row, so the costs of past calls stay
+-- what they were.
+--
+CREATE TABLE @extschema@.tb_prices (
+	model text NOT NULL
+		CONSTRAINT tb_prices_model_check
+		CHECK (pg_catalog.octet_length(model) OPERATOR(pg_catalog.>=) 1
+			AND pg_catalog.octet_length(model) OPERATOR(pg_catalog.<=) 1024),
+	currency text NOT NULL
+		CONSTRAINT tb_prices_currency_check
+		CHECK (currency OPERATOR(pg_catalog.~) '^[A-Z]{3}$'),
+	-- numeric has NaN (above every number) and Infinity: "< 'Infinity'"
+	-- keeps both out
+	input_per_million numeric NOT NULL
+		CONSTRAINT tb_prices_input_per_million_check
+		CHECK (input_per_million OPERATOR(pg_catalog.>=) 0
+			AND input_per_million OPERATOR(pg_catalog.<) 'Infinity'),
+	output_per_million numeric NOT NULL
+		CONSTRAINT tb_prices_output_per_million_check
+		CHECK (output_per_million OPERATOR(pg_catalog.>=) 0
+			AND output_per_million OPERATOR(pg_catalog.<) 'Infinity'),
+	cached_input_per_million numeric
+		CONSTRAINT tb_prices_cached_input_per_million_check
+		CHECK (cached_input_per_million OPERATOR(pg_catalog.>=) 0
+			AND cached_input_per_million OPERATOR(pg_catalog.<) 'Infinity'),
+	valid_from timestamptz NOT NULL DEFAULT '-infinity',
+	PRIMARY KEY (model, valid_from)
+);
+
+COMMENT ON TABLE @extschema@.tb_prices IS
+	'prices of models per million tokens, each in force from valid_from until the model''s next row: what tb_cost charges';
+COMMENT ON COLUMN @extschema@.tb_prices.model IS 'the model''s name, as callers pass it to tb_cost';
+COMMENT ON COLUMN @extschema@.tb_prices.currency IS 'ISO 4217 code of the prices (EUR, USD)';
+COMMENT ON COLUMN @extschema@.tb_prices.input_per_million IS
+	'price of a million input tokens not read from the provider''s cache';
+COMMENT ON COLUMN @extschema@.tb_prices.output_per_million IS 'price of a million output tokens';
+COMMENT ON COLUMN @extschema@.tb_prices.cached_input_per_million IS
+	'price of a million input tokens read from the provider''s cache (NULL: input_per_million)';
+COMMENT ON COLUMN @extschema@.tb_prices.valid_from IS
+	'from when this row is in force (-infinity: always, until the model''s next row)';
+
+-- pg_dump keeps the prices the DBA wrote
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.tb_prices', '');
+
+-- Only the owner writes prices; anyone may read them: tb_cost tells a
+-- price to whoever calls it anyway, and a caller may check a model's
+-- currency against its budget's.  A DBA who keeps them from a role
+-- revokes SELECT, and tb_cost and tb_price from it with it.
+GRANT SELECT ON @extschema@.tb_prices TO PUBLIC;
+
+--
+-- The price row of a model in force at a moment, and what a call costs by
+-- it, for whoever may read tb_prices (PUBLIC).  Every name is qualified:
+-- the caller's search_path changes nothing.  Not STRICT: a NULL is 22004
+-- naming the argument, as everywhere else.
+--
+CREATE FUNCTION @extschema@.tb_price(model text, at timestamptz DEFAULT pg_catalog.now(),
+	OUT currency text, OUT input_per_million numeric, OUT output_per_million numeric,
+	OUT cached_input_per_million numeric, OUT valid_from timestamptz)
+RETURNS record
+LANGUAGE plpgsql STABLE CALLED ON NULL INPUT PARALLEL SAFE
+AS $$
+DECLARE
+	first_from timestamptz;
+BEGIN
+	IF tb_price.model IS NULL OR tb_price.at IS NULL THEN
+		RAISE EXCEPTION 'argument "%" of tb_price must not be NULL',
+			CASE WHEN tb_price.model IS NULL THEN 'model' ELSE 'at' END
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	SELECT p.currency, p.input_per_million, p.output_per_million,
+		coalesce(p.cached_input_per_million, p.input_per_million), p.valid_from
+	INTO tb_price.currency, tb_price.input_per_million, tb_price.output_per_million,
+		tb_price.cached_input_per_million, tb_price.valid_from
+	FROM @extschema@.tb_prices AS p
+	WHERE p.model OPERATOR(pg_catalog.=) tb_price.model
+		AND p.valid_from OPERATOR(pg_catalog.<=) tb_price.at
+	ORDER BY p.valid_from DESC
+	LIMIT 1;
+	IF NOT FOUND THEN
+		SELECT pg_catalog.min(p.valid_from) INTO first_from
+		FROM @extschema@.tb_prices AS p
+		WHERE p.model OPERATOR(pg_catalog.=) tb_price.model;
+		RAISE EXCEPTION 'no price for model "%" at %', tb_price.model, tb_price.at
+			USING ERRCODE = 'undefined_object',
+			DETAIL = CASE WHEN first_from IS NULL
+				THEN 'tb_prices has no row for this model.'
+				ELSE pg_catalog.format('Its first price is in force from %s.', first_from) END,
+			HINT = 'The database''s administrator adds prices to tb_prices (model, currency, input_per_million, output_per_million, cached_input_per_million, valid_from).';
+	END IF;
+END $$;
+
+COMMENT ON FUNCTION @extschema@.tb_price(text, timestamptz) IS
+	'the prices of a model in force at a moment (now by default), with their currency and since when; a NULL cached price is given as the input price';
+
+--
+-- What a call costs: input_tokens counts every input token, those read
+-- from the provider's cache included (OpenAI's prompt_tokens, Gemini's
+-- promptTokenCount); cached_input_tokens is how many of them were, charged
+-- at the cached price.  Exact: numeric, multiplied, never divided or
+-- rounded (trailing zeros trimmed).
+--
+CREATE FUNCTION @extschema@.tb_cost(model text, input_tokens bigint,
+	output_tokens bigint DEFAULT 0, cached_input_tokens bigint DEFAULT 0,
+	at timestamptz DEFAULT pg_catalog.now())
+RETURNS numeric
+LANGUAGE plpgsql STABLE CALLED ON NULL INPUT PARALLEL SAFE
+AS $$
+DECLARE
+	price record;
+BEGIN
+	IF tb_cost.model IS NULL OR tb_cost.input_tokens IS NULL OR tb_cost.output_tokens IS NULL
+		OR tb_cost.cached_input_tokens IS NULL OR tb_cost.at IS NULL THEN
+		RAISE EXCEPTION 'argument "%" of tb_cost must not be NULL',
+			CASE WHEN tb_cost.model IS NULL THEN 'model'
+				WHEN tb_cost.input_tokens IS NULL THEN 'input_tokens'
+				WHEN tb_cost.output_tokens IS NULL THEN 'output_tokens'
+				WHEN tb_cost.cached_input_tokens IS NULL THEN 'cached_input_tokens'
+				ELSE 'at' END
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF tb_cost.input_tokens OPERATOR(pg_catalog.<) 0 OR tb_cost.output_tokens OPERATOR(pg_catalog.<) 0
+		OR tb_cost.cached_input_tokens OPERATOR(pg_catalog.<) 0 THEN
+		RAISE EXCEPTION '%',
+			CASE WHEN tb_cost.input_tokens OPERATOR(pg_catalog.<) 0
+				THEN pg_catalog.format('input_tokens must be 0 or more, not %s', tb_cost.input_tokens)
+				WHEN tb_cost.output_tokens OPERATOR(pg_catalog.<) 0
+				THEN pg_catalog.format('output_tokens must be 0 or more, not %s', tb_cost.output_tokens)
+				ELSE pg_catalog.format('cached_input_tokens must be 0 or more, not %s',
+					tb_cost.cached_input_tokens) END
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF tb_cost.cached_input_tokens OPERATOR(pg_catalog.>) tb_cost.input_tokens THEN
+		RAISE EXCEPTION 'cached_input_tokens % exceeds input_tokens %',
+			tb_cost.cached_input_tokens, tb_cost.input_tokens
+			USING ERRCODE = 'invalid_parameter_value',
+			DETAIL = 'input_tokens counts every input token, those read from the cache included.',
+			HINT = 'A provider that reports cache reads apart from its input tokens (Anthropic''s cache_read_input_tokens) needs them added to input_tokens.';
+	END IF;
+	-- tb_price's lookup, here rather than through it: a second function
+	-- call would cost as much as the lookup
+	SELECT p.input_per_million, p.output_per_million,
+		coalesce(p.cached_input_per_million, p.input_per_million) AS cached_input_per_million
+	INTO price
+	FROM @extschema@.tb_prices AS p
+	WHERE p.model OPERATOR(pg_catalog.=) tb_cost.model
+		AND p.valid_from OPERATOR(pg_catalog.<=) tb_cost.at
+	ORDER BY p.valid_from DESC
+	LIMIT 1;
+	IF NOT FOUND THEN
+		-- its error, which says what there is
+		PERFORM @extschema@.tb_price(tb_cost.model, tb_cost.at);
+	END IF;
+	-- OPERATOR() has no precedence of its own: every product in parentheses
+	RETURN pg_catalog.trim_scale(
+		((((tb_cost.input_tokens OPERATOR(pg_catalog.-) tb_cost.cached_input_tokens)
+			OPERATOR(pg_catalog.*) price.input_per_million)
+		 OPERATOR(pg_catalog.+) (tb_cost.cached_input_tokens
+			OPERATOR(pg_catalog.*) price.cached_input_per_million))
+		 OPERATOR(pg_catalog.+) (tb_cost.output_tokens
+			OPERATOR(pg_catalog.*) price.output_per_million))
+		OPERATOR(pg_catalog.*) 0.000001);
+END $$;
+
+COMMENT ON FUNCTION @extschema@.tb_cost(text, bigint, bigint, bigint, timestamptz) IS
+	'what a call costs, exactly, in its model''s currency, by the price in force at a moment (now by default): input_tokens includes cached_input_tokens';

@@ -82,7 +82,8 @@ SELECT p.oid::regprocedure AS function,
 FROM pg_proc p
 WHERE p.proname IN ('tb_try', 'tb_pause_until', 'tb_pause', 'tb_refund', 'tb_try_all', 'tb_create',
                     'tb_buckets_changed', 'tb_create_limit', 'tb_memory_leases', 'tb_lease',
-                    'tb_lease_wait', 'tb_settle', 'tb_ensure', 'tb_stats_counters')
+                    'tb_lease_wait', 'tb_settle', 'tb_ensure', 'tb_stats_counters',
+                    'tb_price', 'tb_cost')
 ORDER BY p.oid::regprocedure::text;
 
 -- and the objects are those of a fresh install

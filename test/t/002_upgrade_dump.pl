@@ -2,7 +2,8 @@
 # (through every version to this library's, tokenbucket.control's
 # default_version) and keep working; pg_dump and pg_restore into a new
 # database keep every bucket exactly, a pause "for ever" set by a role with
-# EXECUTE only included; DROP EXTENSION removes everything it made.
+# EXECUTE only included, and every price to its last digit; DROP EXTENSION
+# removes everything it made.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -46,6 +47,8 @@ $node->safe_psql('postgres', q{
 	SELECT tb_create('tpm', 100, 1, '1 hour');
 	SELECT tb_settle('tpm', 0, 150);
 	SELECT tb_create('forever', 1, 1);
+	INSERT INTO tb_prices VALUES ('m', 'EUR', 0.123456789012345678901, 2, NULL, '-infinity'),
+		('m', 'EUR', 0.1, 1.5, 0.05, '2020-01-01 00:00+00');
 	CREATE ROLE regress_exec LOGIN;
 	GRANT EXECUTE ON FUNCTION tb_pause(text, interval) TO regress_exec;
 });
@@ -72,6 +75,12 @@ is($node->safe_psql('restored',
 	"SELECT tb_acquire('half')::text || (tb_try('full')).granted::text || tb_acquire('tpm', 0)::text"
 	. " || tb_acquire('user:8')::text"),
 	'falsefalsefalsetrue', 'and they decide as before: empty, paused, in debt, template');
+my $prices = 'SELECT * FROM tb_prices ORDER BY model, valid_from';
+is($node->safe_psql('restored', $prices), $node->safe_psql('postgres', $prices),
+	'the restored database has every price, exactly');
+is($node->safe_psql('restored',
+	"SELECT tb_cost('m', 1000, 10, 0, '2019-01-01') || ' ' || tb_cost('m', 1000, 10, 400, '2021-01-01')"),
+	'0.000143456789012345678901 0.000095', 'and costs by them as before');
 
 # DROP EXTENSION leaves nothing behind
 $node->safe_psql('restored', 'DROP EXTENSION tokenbucket');
