@@ -8,7 +8,7 @@
 -- succeeds ran none of them.
 --
 BEGIN;
-SELECT plan(46);
+SELECT plan(48);
 
 CREATE ROLE regress_tb_app;
 CREATE ROLE regress_tb_admin;
@@ -27,6 +27,7 @@ DO $$ BEGIN
 	PERFORM tb_create('other', 100, 1, '1 hour');
 	PERFORM tb_create('key:*', 5, 1, '1 hour');
 	PERFORM tb_reset('key:full');
+	INSERT INTO tb_prices VALUES ('m', 'EUR', 2, 8, 0.5, '-infinity');
 END $$;
 
 -- run_as(role, sql, path): run sql as role with that search_path, and say
@@ -97,6 +98,12 @@ SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_acquire('shared')$$,
 	'pg_temp, regress_evil, pg_catalog, public'), 'ok: false', 'a temporary tb_buckets first in the path is not read');
 SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_acquire('nope')$$,
 	'regress_evil, pg_catalog, public'), '42704', 'a bucket only the attacker''s table has does not exist');
+
+-- pricing runs with the caller's rights, its every name qualified
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_cost('m', 1000, 10, 100)$$,
+	'regress_evil, pg_catalog, public'), 'ok: 0.00193', 'tb_cost runs none of the attacker''s code');
+SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT currency FROM tb_price('m')$$,
+	'regress_evil, pg_catalog, public'), 'ok: EUR', 'tb_price runs none of the attacker''s code');
 
 -- and so are the 1.1 functions, and per-key buckets made from templates
 SELECT is(pg_temp.run_as('regress_tb_app', $$SELECT tb_acquire_wait('other', 1, '1 s')$$,
