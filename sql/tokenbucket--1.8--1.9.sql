@@ -97,8 +97,8 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.tb_prices', '');
 
 -- Only the owner writes prices; anyone may read them: tb_cost tells a
 -- price to whoever calls it anyway, and a caller may check a model's
--- currency against its budget's.  A DBA who keeps them from a role
--- revokes SELECT, and tb_cost and tb_price from it with it.
+-- currency against its budget's.  Revoking SELECT from a role keeps
+-- tb_cost and tb_price from it too.
 GRANT SELECT ON @extschema@.tb_prices TO PUBLIC;
 
 --
