@@ -1,4 +1,4 @@
-/* tokenbucket--1.8.sql: the install script of 1.9, each object in its final
+/* tokenbucket--1.9.sql: the install script of 1.9, each object in its final
  * form.  It makes exactly what 1.0 updated through the chain makes
  * (sql/upgrade.sql compares the two), so a change to an object goes into
  * the next upgrade script and here alike. */
