@@ -11,7 +11,7 @@ DOCS = prometheus/tokenbucket.yaml
 
 # pg_regress: inputs in sql/, outputs in expected/
 REGRESS = api errors nulls ensure clock security settle all templates upgrade exact look memory stats \
-	untrusted leases leases_memory reserve
+	untrusted leases leases_memory lease_kinds lease_kinds_swapped reserve
 # isolation specs live in test/isolation/{specs,expected}
 ISOLATION = race_last_token wait_uncommitted rollback_returns all_or_nothing \
 	acquire_all_deadlock template_first_use concurrent_purge memory_race \
