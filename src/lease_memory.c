@@ -353,6 +353,65 @@ memory_list(Oid relid, Tuplestorestate *store, TupleDesc desc)
 	pfree(rows);
 }
 
+/*
+ * held(): the memory limits of installation "relid" holding leases at
+ * "now", with their slots, copied under the lock; not those this
+ * transaction forgets (dropped) nor its own releases.  None without the
+ * library preloaded.
+ */
+static List *
+memory_held(Oid relid, TimestampTz now)
+{
+	HASH_SEQ_STATUS status;
+	LimitEntry *limit;
+	SharedKey  *keys;
+	int64	   *slots;
+	int			n = 0;
+	int			room;
+	List	   *held = NIL;
+
+	if (lease_shared == NULL)
+		return NIL;
+	/* room first, for the limits holding leases now: nothing may fail under the lock */
+	LWLockAcquire(lease_shared->lock, LW_SHARED);
+	room = (int) hash_get_num_entries(limit_hash) * 2 + 1;
+	LWLockRelease(lease_shared->lock);
+	keys = palloc(sizeof(SharedKey) * room);
+	slots = palloc(sizeof(int64) * room);
+	LWLockAcquire(lease_shared->lock, LW_SHARED);
+	hash_seq_init(&status, limit_hash);
+	while ((limit = hash_seq_search(&status)) != NULL)
+	{
+		if (n == room)
+		{
+			hash_seq_term(&status);
+			break;
+		}
+		if (limit->key.dbid != MyDatabaseId || limit->key.relid != relid ||
+			lease_forgotten_here(limit))
+			continue;
+		slots[n] = 0;
+		for (int i = limit->first; i >= 0; i = lease_shared->leases[i].next)
+			if (lease_held_here(&lease_shared->leases[i], now))
+				slots[n] += lease_shared->leases[i].slots;
+		if (slots[n] > 0)
+			keys[n++] = limit->key;
+	}
+	LWLockRelease(lease_shared->lock);
+
+	for (int i = 0; i < n; i++)
+	{
+		HeldName   *name = palloc(sizeof(HeldName));
+
+		name->name = cstring_to_text_with_len(keys[i].name, keys[i].len);
+		name->slots = slots[i];
+		held = lappend(held, name);
+	}
+	pfree(keys);
+	pfree(slots);
+	return held;
+}
+
 /* init(): the setting and the shared memory, when preloading. */
 static void
 memory_init(void)
@@ -408,4 +467,5 @@ const LimitStoreRoutine memory_limit_store = {
 	.release = memory_release,
 	.drop = memory_drop,
 	.list = memory_list,
+	.held = memory_held,
 };

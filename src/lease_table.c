@@ -509,25 +509,25 @@ table_purge(Oid relid, TimestampTz idle_since, TimestampTz now)
 }
 
 /*
- * The slots of $1 (a template: of the names it made that no limit makes
- * now) gone.
+ * The slots of $1 (a template: of the names it made) that no table limit
+ * makes now gone: none makes the name, or a memory limit does (a template
+ * of the other kind that covers it), whose leases these slots would not
+ * count in.
  */
 static KeptPlan drop_slots_plan = {
 	.sql = "DELETE FROM %1$s.tb_lease_slots AS s"
 	" WHERE CASE WHEN $1 OPERATOR(pg_catalog.~~) '%%*'"
 	"  THEN pg_catalog.starts_with(s.name, pg_catalog.left($1, -1))"
 	"  ELSE s.name OPERATOR(pg_catalog.=) $1 END"
-	" AND NOT EXISTS (SELECT FROM %1$s.tb_limits AS l"
-	"  WHERE l.name OPERATOR(pg_catalog.=) s.name"
-	"  OR (l.name OPERATOR(pg_catalog.~~) '%%*'"
-	"   AND pg_catalog.starts_with(s.name, pg_catalog.left(l.name, -1))))",
+	" AND NOT coalesce((SELECT NOT m.memory FROM " LIMIT_ROW_OF("s.name") " AS m), false)",
 	.nargs = 1, .argtypes = {TEXTOID}
 };
 
 /*
- * drop(): the slots of "name" (a template: of the names it made that no
- * limit makes now), whatever the limit's kind: slots no limit makes any
- * more (a row deleted by hand leaves them) go with any drop of the name.
+ * drop(): the slots of "name" (a template: of the names it made) that no
+ * table limit makes now, whatever the limit's kind: slots no limit makes
+ * any more (a row deleted by hand leaves them) go with any drop of the
+ * name.
  */
 static void
 table_drop(Oid relid, text *name, bool its)
@@ -537,6 +537,48 @@ table_drop(Oid relid, text *name, bool its)
 	if (is_template_name(name))
 		spi_allow_seqscan();	/* every name the template made */
 	(void) plan_run(&drop_slots_plan, relid, args, NULL);
+}
+
+/* The names holding leases at $1 (their holders there, ttls not passed), and their slots. */
+static KeptPlan held_plan = {
+	.sql = "SELECT name, pg_catalog.count(*) FROM %1$s.tb_lease_slots"
+	" WHERE lease IS NOT NULL"
+	" AND (expires IS NULL OR expires OPERATOR(pg_catalog.>) $1)"
+	" AND %1$s.tb_holder_alive(pid, started, xid)"
+	" GROUP BY name",
+	.nargs = 1, .argtypes = {TIMESTAMPTZOID}
+};
+
+/*
+ * held(): the names whose slots are held at "now", read on the newest
+ * committed state (and this transaction's own: what it released or
+ * dropped is free).
+ */
+static List *
+table_held(Oid relid, TimestampTz now)
+{
+	Datum		args[1] = {TimestampTzGetDatum(now)};
+	List	   *held = NIL;
+	uint64		rows;
+
+	spi_allow_seqscan();		/* it reads every slot */
+	rows = plan_run_latest(&held_plan, relid, args, NULL);
+	for (uint64 i = 0; i < rows; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		HeldName   *name = palloc(sizeof(HeldName));
+		bool		isnull;
+
+		name->name = DatumGetTextPCopy(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull));
+		name->slots = DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
+		held = lappend(held, name);
+	}
+	if (rows > 0)
+	{
+		SPI_freetuptable(SPI_tuptable);
+		SPI_tuptable = NULL;
+	}
+	return held;
 }
 
 const LimitStoreRoutine table_limit_store = {
@@ -549,4 +591,5 @@ const LimitStoreRoutine table_limit_store = {
 	.release = table_release,
 	.drop = table_drop,
 	.purge = table_purge,
+	.held = table_held,
 };

@@ -218,6 +218,49 @@ limit_config_delete(Oid relid, text *name, bool *memory)
 }
 
 /*
+ * The row that makes each name of $1, in its order: the row's name (its
+ * template's, or its own) and kind; NULL, NULL where none does.
+ */
+static KeptPlan makers_plan = {
+	.sql = "SELECT coalesce(m.template, n.name), m.memory"
+	" FROM pg_catalog.unnest($1) WITH ORDINALITY AS n(name, i)"
+	" LEFT JOIN LATERAL " LIMIT_ROW_OF("n.name") " AS m ON true"
+	" ORDER BY n.i",
+	.nargs = 1, .argtypes = {TEXTARRAYOID}
+};
+
+/*
+ * The row that makes each of "names" (a text[]), into makers[i] for its
+ * i-th: as the statement running saw tb_limits before its own changes
+ * ("before": what a trigger compares with), or as a lease reads it now
+ * (committed, and this transaction's own: what follows).
+ */
+void
+limit_config_makers(Oid relid, ArrayType *names, bool before, LimitMaker *makers)
+{
+	Datum		args[1] = {PointerGetDatum(names)};
+	uint64		rows;
+
+	rows = before ? plan_run_before(&makers_plan, relid, args, NULL) :
+		plan_run_latest(&makers_plan, relid, args, NULL);
+	for (uint64 i = 0; i < rows; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		bool		isnull;
+		Datum		memory = SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull);
+
+		makers[i].found = !isnull;
+		makers[i].memory = !isnull && DatumGetBool(memory);
+		makers[i].row = DatumGetTextPCopy(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	if (rows > 0)
+	{
+		SPI_freetuptable(SPI_tuptable);
+		SPI_tuptable = NULL;
+	}
+}
+
+/*
  * Memory limits' configuration as this backend read it, by name: while
  * no change of tb_limits has committed since (the configuration
  * generation is the same), a lease from one runs no statement at all.

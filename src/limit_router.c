@@ -19,7 +19,10 @@
  * the slots it finds freed itself.
  *
  * Changes to limits reach the stores through the trigger on tb_limits
- * (tb_limits_changed below), at commit.
+ * (tb_limits_changed below), at commit.  A change that would have a name
+ * whose leases are held take its next ones from the other store (where
+ * those held would not count), or rename the limit they were taken
+ * under, is refused there (check_leases_stay()).
  *
  * src/limit_router.c
  *
@@ -28,6 +31,8 @@
 #include "postgres.h"
 
 #include "access/sysattr.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "common.h"
 #include "limit_config.h"
@@ -46,6 +51,9 @@
 /* Every store, in the order the router asks them when it asks all. */
 static const LimitStoreRoutine *const stores[] = {&memory_limit_store, &table_limit_store};
 #define NUM_STORES ((int) lengthof(stores))
+
+/* tb_drop() is deleting a limit's row: its trigger leaves the check to it. */
+static bool dropping = false;
 
 /* The store a limit's configuration says keeps its leases. */
 static const LimitStoreRoutine *
@@ -75,7 +83,8 @@ limit_router_init(void)
 	for (int i = 0; i < NUM_STORES; i++)
 	{
 		Assert(stores[i]->take != NULL && stores[i]->owns != NULL &&
-			   stores[i]->release != NULL && stores[i]->drop != NULL);
+			   stores[i]->release != NULL && stores[i]->drop != NULL &&
+			   stores[i]->held != NULL);
 		limit_store_init(stores[i]);
 	}
 }
@@ -495,6 +504,112 @@ limit_ensure(Installation *inst, text *name, int32 max_in_flight, bool memory)
 	return result;
 }
 
+/* Where "store" keeps leases, for messages. */
+static const char *
+where_of(const LimitStoreRoutine *store)
+{
+	return store == &memory_limit_store ? "shared memory" : "the table";
+}
+
+/*
+ * Fail: "held" holds leases in "store", and the change of tb_limits just
+ * made would have the next ones taken from "to" (NULL: that change
+ * renames the limit "maker" it holds them under).
+ */
+static void
+report_leases_held(const HeldName *held, const LimitStoreRoutine *store,
+				   const LimitStoreRoutine *to, text *maker)
+{
+	char	   *name = text_to_cstring(held->name);
+	long long	slots = (long long) held->slots;
+
+	if (to != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot move limit \"%s\" to %s while it holds leases in %s",
+						name, where_of(to), where_of(store)),
+				 errdetail_plural("It holds %lld slot in %s; after this change its leases would be taken from %s, where that slot does not count against its max_in_flight.",
+								  "It holds %lld slots in %s; after this change its leases would be taken from %s, where those slots do not count against its max_in_flight.",
+								  held->slots, slots, where_of(store), where_of(to)),
+				 errhint("Release its leases first, or drop its limit with tb_drop(), which drops its leases, and make it again.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("cannot rename the limit of \"%s\" while it holds leases in %s",
+					name, where_of(store)),
+			 errdetail_plural("It holds %lld slot in %s, taken under limit \"%s\"; a lease keeps the name it was taken for, so after this change that slot would no longer count against that limit.",
+							  "It holds %lld slots in %s, taken under limit \"%s\"; a lease keeps the name it was taken for, so after this change those slots would no longer count against that limit.",
+							  held->slots, slots, where_of(store), text_to_cstring(maker)),
+			 errhint("Release its leases first, or drop its limit with tb_drop(), which drops its leases, and make it again.")));
+}
+
+/*
+ * Fail if the change of installation "relid"'s tb_limits just made (by
+ * the statement running: its trigger, or tb_drop()) would have a name
+ * whose leases are held in one store take its next ones from the other,
+ * where they would not count: the row that makes it (its own, or its
+ * longest template) was of one kind before and is of the other now; or,
+ * with "renames" (an UPDATE that set names), is another row now.  Each
+ * name is looked up as a lease reads it, and as the statement saw it
+ * before its own changes.  Names held in the other store already, or
+ * made by no row now, move nowhere.  In the SPI session begun; only a
+ * change of tb_limits pays for it.
+ */
+static void
+check_leases_stay(Oid relid, bool renames)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	List	   *held[NUM_STORES];
+	Datum	   *names;
+	LimitMaker *before;
+	LimitMaker *after;
+	int			n = 0;
+
+	for (int i = 0; i < NUM_STORES; i++)
+	{
+		held[i] = limit_store_held(stores[i], relid, now);
+		n += list_length(held[i]);
+	}
+	if (n == 0)
+		return;
+	names = palloc(sizeof(Datum) * n);
+	n = 0;
+	for (int i = 0; i < NUM_STORES; i++)
+	{
+		ListCell   *cell;
+
+		foreach(cell, held[i])
+			names[n++] = PointerGetDatum(((HeldName *) lfirst(cell))->name);
+	}
+	before = palloc0(sizeof(LimitMaker) * n);
+	after = palloc0(sizeof(LimitMaker) * n);
+	limit_config_makers(relid, construct_array(names, n, TEXTOID, -1, false, TYPALIGN_INT),
+						true, before);
+	/* the statement's own rows, seen from here on */
+	CommandCounterIncrement();
+	limit_config_makers(relid, construct_array(names, n, TEXTOID, -1, false, TYPALIGN_INT),
+						false, after);
+
+	n = 0;
+	for (int i = 0; i < NUM_STORES; i++)
+	{
+		ListCell   *cell;
+
+		foreach(cell, held[i])
+		{
+			const LimitMaker *b = &before[n];
+			const LimitMaker *a = &after[n++];
+
+			if (renames && b->found &&
+				!(a->found && VARSIZE_ANY_EXHDR(a->row) == VARSIZE_ANY_EXHDR(b->row) &&
+				  memcmp(VARDATA_ANY(a->row), VARDATA_ANY(b->row), VARSIZE_ANY_EXHDR(a->row)) == 0))
+				report_leases_held(lfirst(cell), stores[i], NULL, b->row);
+			if (a->found && store_of(a->memory) != stores[i] &&
+				!(b->found && b->memory == a->memory))
+				report_leases_held(lfirst(cell), stores[i], store_of(a->memory), NULL);
+		}
+	}
+}
+
 /*
  * tb_drop()'s part for limits: remove limit "name" (a template: and what
  * it made), with its leases (a memory limit's: when the transaction
@@ -506,11 +621,25 @@ limit_drop(Installation *inst, text *name)
 	SpiSession	session = spi_begin(inst, true);
 	Oid			relid = installation_table(inst);
 	bool		memory = false;
-	bool		dropped = limit_config_delete(relid, name, &memory);
+	volatile bool dropped = false;
 
+	/* its leases are still held as its row goes: checked once they went */
+	dropping = true;
+	PG_TRY();
+	{
+		dropped = limit_config_delete(relid, name, &memory);
+	}
+	PG_FINALLY();
+	{
+		dropping = false;
+	}
+	PG_END_TRY();
 	if (dropped)
+	{
 		for (int i = 0; i < NUM_STORES; i++)
 			limit_store_drop(stores[i], relid, name, stores[i] == store_of(memory));
+		check_leases_stay(relid, false);
+	}
 	spi_end(&session);
 	return dropped;
 }
@@ -553,7 +682,9 @@ PG_FUNCTION_INFO_V1(tb_limits_changed);
  * every store is told (configure()).
  * An UPDATE that sets "memory" is refused: a limit's kind is chosen when
  * it is made (leases held would stay in the other store, and the new one
- * start empty beside them), as a bucket's is.
+ * start empty beside them), as a bucket's is.  So is any other change
+ * that would move a name holding leases to the other store, or rename
+ * the limit it holds them under (check_leases_stay()).
  */
 Datum
 tb_limits_changed(PG_FUNCTION_ARGS)
@@ -561,6 +692,7 @@ tb_limits_changed(PG_FUNCTION_ARGS)
 	Installation inst = installation_of(fcinfo);
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	int			memory;
+	int			name;
 
 	/* only ever the extension's own AFTER trigger on its own table */
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
@@ -578,6 +710,18 @@ tb_limits_changed(PG_FUNCTION_ARGS)
 				 errmsg("cannot change the kind of a limit"),
 				 errdetail("Whether a limit keeps its leases in memory is chosen when it is made."),
 				 errhint("Drop the limit with tb_drop() and make it again with tb_create_limit().")));
+	/* a TRUNCATE leaves no row to make a name of another kind */
+	if (!dropping && !TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))
+	{
+		SpiSession	session = spi_begin(&inst, true);
+
+		name = SPI_fnumber(RelationGetDescr(trigdata->tg_relation), "name");
+		check_leases_stay(installation_table(&inst),
+						  TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) && name > 0 &&
+						  bms_is_member(name - FirstLowInvalidHeapAttributeNumber,
+										trigdata->tg_updatedcols));
+		spi_end(&session);
+	}
 	for (int i = 0; i < NUM_STORES; i++)
 		limit_store_configure(stores[i]);
 	return PointerGetDatum(NULL);

@@ -31,6 +31,7 @@
 
 #include "datatype/timestamp.h"
 #include "fmgr.h"
+#include "nodes/pg_list.h"
 #include "utils/tuplestore.h"
 
 /* How a lease is held. */
@@ -106,6 +107,13 @@ typedef struct ReleasedLease
 	int			template_len;	/* its limit's template's name's length (0:
 								 * none), or -1: not known here */
 } ReleasedLease;
+
+/* A name holding leases in a store (held()), and how many slots. */
+typedef struct HeldName
+{
+	text	   *name;
+	int64		slots;
+} HeldName;
 
 typedef struct LimitStoreRoutine
 {
@@ -221,6 +229,16 @@ typedef struct LimitStoreRoutine
 	 * leases tb_leases cannot read in a table.
 	 */
 	void		(*list) (Oid relid, Tuplestorestate *store, TupleDesc desc);
+
+	/*
+	 * Every name of installation "relid" whose leases are held here at
+	 * "now", by anyone, with the slots they hold: a List of HeldName.
+	 * Leases this transaction released, or dropped with their limit, are
+	 * not held: they go when its change of tb_limits commits.  The router
+	 * checks that no change of tb_limits would have these names leased
+	 * from another store, where their slots would not count.
+	 */
+	List	   *(*held) (Oid relid, TimestampTz now);
 } LimitStoreRoutine;
 
 extern const LimitStoreRoutine table_limit_store;
@@ -327,6 +345,12 @@ limit_store_list(const LimitStoreRoutine *store, Oid relid,
 {
 	if (store->list)
 		store->list(relid, tuples, desc);
+}
+
+static inline List *
+limit_store_held(const LimitStoreRoutine *store, Oid relid, TimestampTz now)
+{
+	return store->held(relid, now);
 }
 
 #endif							/* TOKENBUCKET_LIMIT_STORE_H */

@@ -126,9 +126,13 @@ spi_end(SpiSession *session)
 	SetUserIdAndSecContext(session->userid, session->sec_context);
 }
 
-/* plan_run(), on the newest committed state with "latest". */
+/*
+ * plan_run(), or a read-only statement on the snapshot "snapshot" gives
+ * (taken as it starts).
+ */
 static uint64
-run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls, bool latest)
+run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls,
+	Snapshot (*snapshot) (void))
 {
 	MemoryContext context = CurrentMemoryContext;
 	HeldBound	bound;
@@ -168,8 +172,8 @@ run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls, bool latest)
 	held_bound_begin(&bound);
 	PG_TRY();
 	{
-		if (latest)
-			rc = SPI_execute_snapshot(plan->plan, args, nulls, GetLatestSnapshot(),
+		if (snapshot != NULL)
+			rc = SPI_execute_snapshot(plan->plan, args, nulls, snapshot(),
 									  InvalidSnapshot, true, false, 0);
 		else
 			rc = SPI_execute_plan(plan->plan, args, nulls, false, 0);
@@ -206,7 +210,7 @@ run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls, bool latest)
 uint64
 plan_run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
 {
-	return run(plan, relid, args, nulls, false);
+	return run(plan, relid, args, nulls, NULL);
 }
 
 /*
@@ -216,5 +220,29 @@ plan_run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
 uint64
 plan_run_latest(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
 {
-	return run(plan, relid, args, nulls, true);
+	return run(plan, relid, args, nulls, GetLatestSnapshot);
+}
+
+/*
+ * The snapshot of the statement running, as it started: without its own
+ * changes, which carry its command id.  (The active one always exists
+ * while a statement runs.)
+ */
+static Snapshot
+statement_snapshot(void)
+{
+	if (!ActiveSnapshotSet())
+		elog(ERROR, "no statement's snapshot to read tb_limits as it was");
+	return GetActiveSnapshot();
+}
+
+/*
+ * plan_run() of a read-only statement as the statement running saw the
+ * tables before its own changes (in its AFTER trigger, or a function it
+ * calls): what it changed is compared with it.
+ */
+uint64
+plan_run_before(KeptPlan *plan, Oid relid, Datum *args, const char *nulls)
+{
+	return run(plan, relid, args, nulls, statement_snapshot);
 }

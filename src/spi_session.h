@@ -47,6 +47,8 @@ typedef struct KeptPlan
 extern uint64 plan_run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls);
 extern uint64 plan_run_latest(KeptPlan *plan, Oid relid, Datum *args,
 							  const char *nulls);
+extern uint64 plan_run_before(KeptPlan *plan, Oid relid, Datum *args,
+							  const char *nulls);
 extern bool version_checked(Oid relid);
 
 #endif							/* TOKENBUCKET_SPI_SESSION_H */
