@@ -32,7 +32,7 @@ SELECT name,
        tb_acquire(name, 0.1, reserve => 0.19) AS smaller_reserve,
        tb_acquire(name, 1.9) AS without_reserve_the_rest
 FROM (VALUES ('t'), ('m')) AS b(name);
-SELECT name, round(tokens::numeric, 6) AS tokens FROM tb_status WHERE name IN ('t', 'm') ORDER BY name;
+SELECT name, round(tokens::numeric, 4) AS tokens FROM tb_status WHERE name IN ('t', 'm') ORDER BY name;
 SELECT tb_reset('t'), tb_reset('m');
 
 -- not full: 3 taken, 5 more with the reserve, not 5.000001
@@ -92,15 +92,15 @@ SELECT tb_create('fast', 10, 100), tb_acquire('fast', 10);
 SELECT granted, retry_after_seconds AS wait FROM tb_try('fast', 1, 0.2) \gset
 SELECT :'granted' AS granted, :wait > 0 AND :wait <= 0.03 AS at_most_30_ms, pg_sleep(:wait);
 SELECT granted FROM tb_try('fast', 1, 0.2);
-SELECT name, granted, round(remaining::numeric, 6) AS remaining
+SELECT name, granted, round(remaining::numeric, 4) AS remaining
 FROM (VALUES ('t'), ('m')) AS b(name),
      LATERAL tb_peek(name, 8, 0.2) AS p
 ORDER BY name;
-SELECT name, granted, round(remaining::numeric, 6) AS remaining
+SELECT name, granted, round(remaining::numeric, 4) AS remaining
 FROM (VALUES ('t'), ('m')) AS b(name),
      LATERAL tb_try(name, 8.5, 0) AS p
 ORDER BY name;
-SELECT name, granted, round(remaining::numeric, 6) AS remaining,
+SELECT name, granted, round(remaining::numeric, 4) AS remaining,
        retry_after_seconds > 1e6 AS long_wait
 FROM (VALUES ('t'), ('m')) AS b(name),
      LATERAL tb_try(name, 1, 0.2) AS p
@@ -113,19 +113,19 @@ SELECT tb_create('m2', 10, 1, '1000 hours', memory => true);
 SELECT tb_acquire_all('{t,m}', '{8,8.5}', reserve => 0.1) AS mixed_ok,
        tb_acquire_all('{t,m}', '{1,1}', reserve => 0.15) AS mixed_short,
        tb_acquire_all('{m,m2}', '{1,8}', reserve => 0.2) AS memory_short;
-SELECT name, round(tokens::numeric, 6) AS tokens FROM tb_status WHERE name IN ('t', 'm', 'm2') ORDER BY name;
-SELECT name, granted, round(remaining::numeric, 6) AS remaining, retry_after_seconds > 0 AS holds_back
+SELECT name, round(tokens::numeric, 4) AS tokens FROM tb_status WHERE name IN ('t', 'm', 'm2') ORDER BY name;
+SELECT name, granted, round(remaining::numeric, 4) AS remaining, retry_after_seconds > 0 AS holds_back
 FROM tb_try_all('{m2,t,m}', '{1,0.5,0.5}', reserve => 0.15);
 SELECT tb_acquire_all('{t,m}', '{0.5,0}', reserve => 0.15) AS boundary,
        tb_acquire_all('{m2}', NULL, reserve => NULL) AS null_reserve_is_none;
-SELECT name, round(tokens::numeric, 6) AS tokens FROM tb_status WHERE name IN ('t', 'm', 'm2') ORDER BY name;
+SELECT name, round(tokens::numeric, 4) AS tokens FROM tb_status WHERE name IN ('t', 'm', 'm2') ORDER BY name;
 SELECT tb_reset('t'), tb_reset('m'), tb_reset('m2');
 
 -- a bucket made from a template on first use, in either store
 SELECT tb_create('tt:*', 10, 1, '1000 hours'), tb_create('mt:*', 10, 1, '1000 hours', memory => true);
 SELECT tb_acquire('tt:1', 8, reserve => 0.2) AS table_made, tb_acquire('tt:1', 0.1, reserve => 0.2) AS table_more,
        tb_acquire('mt:1', 8, reserve => 0.2) AS memory_made, tb_acquire('mt:1', 0.1, reserve => 0.2) AS memory_more;
-SELECT name, round(tokens::numeric, 6) AS tokens, template FROM tb_status
+SELECT name, round(tokens::numeric, 4) AS tokens, template FROM tb_status
 WHERE template IS NOT NULL ORDER BY name;
 
 -- limits: free slots are whole, so a reserve of 0.2 of 10 keeps 2 free and
@@ -158,7 +158,7 @@ SELECT tb_lease_all('slots', '{t,m}', '{8,8}', reserve => 0.2) IS NOT NULL AS al
        tb_lease_all('slots', '{t}', '{0.000001}', reserve => 0.2) IS NULL AS bucket_short,
        tb_lease_all('slots', '{m2}', '{1}', 8, reserve => 0.2) IS NULL AS slots_short,
        pg_temp.held('slots') AS held;
-SELECT name, round(tokens::numeric, 6) AS tokens FROM tb_status WHERE name IN ('t', 'm', 'm2') ORDER BY name;
+SELECT name, round(tokens::numeric, 4) AS tokens FROM tb_status WHERE name IN ('t', 'm', 'm2') ORDER BY name;
 SELECT tb_release(lease) FROM tb_leases WHERE name = 'slots' ORDER BY lease;
 SELECT tb_reset('t'), tb_reset('m'), tb_reset('m2');
 -- a memory limit keeps the same whole slots free
@@ -225,7 +225,7 @@ SELECT call, (pg_temp.catch(call)).* FROM (VALUES
 	($$SELECT tb_lease_all('slots', '{t}', '{9}', reserve => 0.2)$$)) AS c(call);
 \pset format aligned
 \pset footer on
-SELECT name, round(tokens::numeric, 6) AS tokens, template FROM tb_status
+SELECT name, round(tokens::numeric, 4) AS tokens, template FROM tb_status
 WHERE max_in_flight IS NULL AND name NOT LIKE 'e%' AND name NOT LIKE 'me%' AND name <> 'fast'
 ORDER BY name;
 SELECT pg_temp.held('slots') AS held;

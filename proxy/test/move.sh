@@ -44,7 +44,7 @@ CREATE SERVER tokenbucket FOREIGN DATA WRAPPER plproxy OPTIONS (
 	p0 '$(conn a tb_s)', p1 '$(conn a tb_s)', p2 '$(conn a tb_s)', p3 '$(conn a tb_s)');
 CREATE USER MAPPING FOR PUBLIC SERVER tokenbucket OPTIONS (user 'postgres');
 SELECT count(tb_create('b' || i, 5, 2)) FROM generate_series(0, 39) AS i;
-SELECT tb_create('u:*', 3, 1);
+SELECT tb_create('u:*', 3, 1, '10 seconds');   -- a key just taken from is not full for 10 s (test 1)
 SELECT count(tb_acquire('u:' || i)) FROM generate_series(1, 100) AS i;
 SELECT tb_create('idle:*', 1, 1000);
 -- each call: when it began and ended, whether it was granted, its error
