@@ -63,10 +63,10 @@ def test_server_errors(admin, name, lim):
         lim.acquire(many, timeout=1, wait="server")
     with pytest.raises(tokenbucket.AlreadyExists):
         lim._has_ensure = None
-        lim._exec("create", (name, 1, 1, 1, False), safe=True)
+        lim._exec("SELECT limits.tb_create(%s, 1, 1)", (name,), safe=True)
     with pytest.raises(tokenbucket.CheckViolation):
         lim._exec("INSERT INTO limits.tb_buckets (name, capacity, refill_rate) "
-                  "VALUES (%s, -1, 1)", (name + "bad",), safe=True, raw=True)
+                  "VALUES (%s, -1, 1)", (name + "bad",), safe=True)
 
 
 def test_transaction_errors(admin, name):
@@ -114,7 +114,7 @@ def test_privilege_and_prerequisite(admin, name):
         joined = tokenbucket.Limiter(c).on(c)
         joined.ensure(name + "mem", 5, 1, memory=True)
         with pytest.raises(tokenbucket.NotSupported) as e:
-            joined._exec("PREPARE TRANSACTION 'tb_python'", (), safe=True, raw=True)
+            joined._exec("PREPARE TRANSACTION 'tb_python'", (), safe=True)
         assert e.value.detail and e.value.hint
 
 
