@@ -48,7 +48,8 @@
 #                 three of them, to two others under load: fenced calls
 #                 fail with class 08, no window overdrawn, each bucket once
 #   python        clients/python/test.sh: the Python client's pytest suite,
-#                 against the stand-in provider where it needs one
+#                 against the stand-in provider where it needs one; its
+#                 types (mypy --strict) and an offline pip install
 #   examples/X    test/examples.sh X: examples/X in a short mode, with its
 #                 own servers (PostgreSQL, the stand-in provider, RabbitMQ)
 #
@@ -65,10 +66,11 @@ source "$(dirname "$0")/../scripts/common.sh"
 
 EXAMPLE_PACKAGES=(python3-aiohttp python3-asyncpg python3-psycopg2 python3-celery
 	rabbitmq-server libdbd-pg-perl default-jdk-headless libpostgresql-jdbc-java)
-# the Python client's suite (clients/python), and the examples built on it
+# the Python client's suite (clients/python), and the examples built on it;
+# mypy checks the client's types, venv and setuptools install it as README says
 PYTHON_PACKAGES=(python3-aiohttp python3-asyncpg python3-psycopg2 python3-celery
 	python3-psycopg python3-psycopg-pool python3-httpx python3-starlette python3-flask
-	python3-pytest python3-pytest-asyncio)
+	python3-pytest python3-pytest-asyncio python3-mypy python3-venv python3-setuptools)
 command -v npm >/dev/null || EXAMPLE_PACKAGES+=(nodejs npm)
 case " ${TB_SKIP:-} " in *" examples "*) EXAMPLE_PACKAGES=() ;; esac
 # every package any suite needs, in one apt-get before anything runs: the
