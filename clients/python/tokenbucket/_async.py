@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import datetime
-from typing import Any, AsyncIterator, Generator, Iterable, Mapping, cast
+from typing import Any, AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping, cast
 
 from . import _core, _drivers, headers as _headers
 from ._core import Costs, Decision, Duration, Plan, Run, T
@@ -266,31 +266,54 @@ class AsyncLimiter(_core.Core):
                                          jitter=self.jitter, max_jitter=self.max_jitter,
                                          _join=True))
 
-    async def _drive(self, plan: Plan[T]) -> T:
-        """Carry out a plan (see Limiter._drive), sleeping with asyncio.sleep."""
+    async def _drive(self, plan: Plan[T], cuts: list[asyncio.CancelledError] | None = None,
+                     undo: Callable[[T], Plan[Any]] | None = None) -> T:
+        """Carry out a plan (see Limiter._drive), sleeping with asyncio.sleep.
+
+        With cuts (a reservation's grant): a cancellation that comes while a
+        statement that takes or gives tokens runs does not cut it off, which
+        would leave unknown whether it took effect: the statement runs to its
+        end, the plan takes its answer, and the cancellation is raised at the
+        plan's next step, or at its end once undo(its result) has run."""
         answer: Any = None
         error: TokenBucketError | None = None
         while True:
             try:
                 step = plan.send(answer) if error is None else plan.throw(error)
             except StopIteration as done:
-                return cast(T, done.value)
+                if not cuts:
+                    return cast(T, done.value)
+                if undo is not None:
+                    await _finish(self._drive(undo(cast(T, done.value))), cuts)
+                raise cuts[0]
+            except TokenBucketError:
+                if cuts:
+                    raise cuts[0]
+                raise
+            if cuts:
+                plan.close()
+                raise cuts[0]
             answer, error = None, None
             if isinstance(step, Run):
                 try:
-                    answer = await self._exec(step.sql, step.params, step.safe)
+                    answer = await self._exec(step.sql, step.params, step.safe,
+                                              None if step.safe else cuts)
                 except TokenBucketError as exc:
                     error = exc
             else:
                 await asyncio.sleep(step.seconds)
 
-    async def _exec(self, sql: str, params: tuple[Any, ...], safe: bool) -> _core.Rows:
+    async def _exec(self, sql: str, params: tuple[Any, ...], safe: bool,
+                    cuts: list[asyncio.CancelledError] | None = None) -> _core.Rows:
+        """Run one statement (as Limiter._exec); with cuts, not cut off by a
+        cancellation (see _drive)."""
         src = self._src()
         for attempt in (0, 1):
             conn, token = await src.take(attempt > 0)
             ran = False
             try:
-                rows = await _drivers.async_run(src.kind, conn, sql, params)
+                run = _drivers.async_run(src.kind, conn, sql, params)
+                rows = await (run if cuts is None else _finish(run, cuts))
                 ran = True
                 return rows
             except Exception as exc:
@@ -300,7 +323,8 @@ class AsyncLimiter(_core.Core):
                 if err is not None:
                     raise err from exc
             finally:
-                await src.give(conn, token, ran)
+                give = src.give(conn, token, ran)
+                await (give if cuts is None else _finish(give, cuts))
         raise AssertionError("unreachable")
 
     @contextlib.asynccontextmanager
@@ -398,10 +422,39 @@ class AsyncLimiter(_core.Core):
         return await self._drive(self._ensure_limit(name, max_in_flight, memory))
 
 
+async def _finish(aw: Awaitable[T], cuts: list[asyncio.CancelledError]) -> T:
+    """aw's result, awaited to its end even when this task is cancelled
+    meanwhile: the cancellation is kept in cuts, for the caller to raise
+    when it is safe to."""
+    task = asyncio.ensure_future(aw)
+    while True:
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError as exc:
+            if task.cancelled():    # aw itself was cancelled
+                raise
+            cuts.append(exc)
+            if task.done():         # it ended before the cancellation got here
+                return task.result()
+
+
+async def _to_the_end(aw: Awaitable[T]) -> T:
+    """aw's result, awaited to its end even when this task is cancelled
+    meanwhile, and then the cancellation."""
+    cuts: list[asyncio.CancelledError] = []
+    result = await _finish(aw, cuts)
+    if cuts:
+        raise cuts[0]
+    return result
+
+
 class AsyncReservation(_core.ReservationCore):
-    """Reservation for asyncio: settle, refund and observe are awaited; an
-    exception or a cancellation leaving the block refunds (shielded, so a
-    second cancellation does not stop the refund)."""
+    """Reservation for asyncio: settle, refund and observe are awaited.  A
+    settlement or refund, once called, runs to its end even when the task is
+    cancelled meanwhile (the cancellation is raised after), so that a
+    reservation is never left half settled; an exception or a cancellation
+    leaving the block refunds; a cancellation during reserve's grant lets
+    the grant finish and refunds it."""
 
     limiter: AsyncLimiter
 
@@ -410,10 +463,10 @@ class AsyncReservation(_core.ReservationCore):
         super().__init__(limiter, costs, decision, mapping)
 
     async def settle(self, used: float | Mapping[str, float] | None = None) -> None:
-        await self.limiter._drive(self._settle(used))
+        await _to_the_end(self.limiter._drive(self._settle(used)))
 
     async def refund(self) -> None:
-        await self.limiter._drive(self._refund())
+        await _to_the_end(self.limiter._drive(self._refund()))
 
     async def observe(self, status: int, headers: Any) -> _headers.Observation:
         return await self.limiter._drive(self._observe(status, headers))
@@ -424,9 +477,9 @@ class AsyncReservation(_core.ReservationCore):
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._leaving(exc_type is not None):
             try:
-                await asyncio.shield(self.refund())
+                await self.refund()
             except (TokenBucketError, asyncio.CancelledError):
-                pass
+                pass        # the block's own exception is the one to see
 
 
 class PendingReservation:
@@ -439,7 +492,9 @@ class PendingReservation:
         self.reservation: AsyncReservation | None = None
 
     async def _take(self) -> AsyncReservation:
-        costs, decision = await self.limiter._drive(self.plan)
+        # a cancellation during the grant: the grant finishes, and is refunded
+        costs, decision = await self.limiter._drive(
+            self.plan, [], lambda got: self.limiter._refund(got[0], None))
         return AsyncReservation(self.limiter, costs, decision, self.mapping)
 
     def __await__(self) -> Generator[Any, None, AsyncReservation]:
