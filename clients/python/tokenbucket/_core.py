@@ -305,6 +305,15 @@ class Backoff:
         return retry_after + random.uniform(0, self.window)
 
 
+def spread(retry_after: float, refusals: int, jitter: float, max_jitter: float) -> float:
+    """Backoff's sleep for a waiter that keeps nothing between tries but how
+    many were refused (a Celery task's retries): retry_after plus a random
+    part of a tenth of it (jitter), doubled with each refusal, up to
+    max_jitter."""
+    window = min(max_jitter, max(retry_after * jitter, 0.001) * 2 ** min(refusals, 30))
+    return retry_after + random.uniform(0, window)
+
+
 # ---- errors -------------------------------------------------------------------------
 
 def failure(exc: Exception, *, safe: bool, again: bool) -> tuple[TokenBucketError | None, bool]:
