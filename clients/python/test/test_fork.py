@@ -11,7 +11,7 @@ import psycopg_pool
 import pytest
 
 import tokenbucket
-from conftest import backends, conninfo, make_bucket, stats, url
+from conftest import conninfo, make_bucket, stats, url
 
 
 def _child(lim, bucket, out, go):
@@ -25,6 +25,32 @@ def _child(lim, bucket, out, go):
         go.wait(20)
     except Exception as exc:                      # reported, not lost in the child
         out.put((os.getpid(), None, repr(exc)))
+
+
+def _fork_children(admin, app, target, lim, bucket, parent_backend) -> set[int]:
+    """Three children forked with lim, each granted on a backend of its own,
+    seen on the server at once beside the parent's; the parent's session
+    outlives them.  Their backends."""
+    ctx = mp.get_context("fork")
+    out, go = ctx.Queue(), ctx.Event()
+    children = [ctx.Process(target=target, args=(lim, bucket, out, go)) for _ in range(3)]
+    for c in children:
+        c.start()
+    seen = [out.get(timeout=20) for _ in children]
+    assert all(g is True for _, _, g in seen), seen
+    child_backends = {b for _, b, _ in seen}
+    assert len(child_backends) == 3 and parent_backend not in child_backends
+    on_server = {r[0] for r in admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,))}
+    assert child_backends | {parent_backend} <= on_server
+    go.set()
+    for c in children:
+        c.join(20)
+        assert c.exitcode == 0
+    # the children's exit did not end the parent's session
+    assert admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
+                         (parent_backend,)).fetchone()[0] == 1
+    return child_backends
 
 
 @pytest.mark.parametrize("kind", ["psycopg-dsn", "psycopg2-dsn", "psycopg-pool"])
@@ -42,24 +68,7 @@ def test_children_use_their_own_connections(admin, name, kind):
         cur = conn.cursor()
         cur.execute("SELECT pg_backend_pid()")
         parent_backend = cur.fetchone()[0]
-    ctx = mp.get_context("fork")
-    out, go = ctx.Queue(), ctx.Event()
-    children = [ctx.Process(target=_child, args=(lim, name, out, go)) for _ in range(3)]
-    for c in children:
-        c.start()
-    seen = [out.get(timeout=20) for _ in children]
-    assert all(g is True for _, _, g in seen), seen
-    child_backends = {b for _, b, _ in seen}
-    assert len(child_backends) == 3 and parent_backend not in child_backends
-    # all four at once on the server, each its own backend
-    assert backends(admin, app) >= 4
-    go.set()
-    for c in children:
-        c.join(20)
-        assert c.exitcode == 0
-    # the children's exit did not end the parent's session
-    assert admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
-                         (parent_backend,)).fetchone()[0] == 1
+    _fork_children(admin, app, _child, lim, name, parent_backend)
     assert lim.try_(name).granted
     lim.close()
     if kind == "psycopg-pool":
@@ -131,25 +140,7 @@ async def test_async_children_use_their_own_connections(admin, name, kind):
     assert (await lim.try_(name)).granted
     async with lim.connection() as conn:
         parent_backend = await _backend_pid(conn)
-    ctx = mp.get_context("fork")
-    out, go = ctx.Queue(), ctx.Event()
-    children = [ctx.Process(target=_achild, args=(lim, name, out, go)) for _ in range(3)]
-    for c in children:
-        c.start()
-    seen = [out.get(timeout=20) for _ in children]
-    assert all(g is True for _, _, g in seen), seen
-    child_backends = {b for _, b, _ in seen}
-    assert len(child_backends) == 3 and parent_backend not in child_backends
-    on_server = {r[0] for r in admin.execute(
-        "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,))}
-    assert child_backends | {parent_backend} <= on_server
-    go.set()
-    for c in children:
-        c.join(20)
-        assert c.exitcode == 0
-    # the children's exit did not end the parent's session, which still works
-    assert admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
-                         (parent_backend,)).fetchone()[0] == 1
+    child_backends = _fork_children(admin, app, _achild, lim, name, parent_backend)
     assert (await lim.try_(name)).granted
     async with lim.connection() as conn:
         pid = await _backend_pid(conn)
