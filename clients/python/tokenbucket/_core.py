@@ -582,25 +582,21 @@ class Core:
 
     def _ensure(self, name: str, capacity: float, refill: float, per: Duration,
                 memory: bool) -> Plan[str]:
-        st = yield from self._statements()
-        args = (name, capacity, refill, duration(per), memory)
-        if (yield from self._ensure_available()):
-            return str((yield Run(st["ensure"], args, True))[0][0])
-        # --- before 1.8: create, and take "exists" for an answer ---
-        try:
-            yield Run(st["create"], args, True)
-            return "created"
-        except AlreadyExists:
-            return "exists"
+        return (yield from self._ensured("ensure", "create",
+                                         (name, capacity, refill, duration(per), memory)))
 
     def _ensure_limit(self, name: str, max_in_flight: int, memory: bool) -> Plan[str]:
+        return (yield from self._ensured("ensure_limit", "create_limit",
+                                         (name, max_in_flight, memory)))
+
+    def _ensured(self, ensure: str, create: str, args: tuple[Any, ...]) -> Plan[str]:
+        """tb_ensure or tb_ensure_limit (extension 1.8); before 1.8, tb_create
+        or tb_create_limit, taking "exists" (23505) for an answer."""
         st = yield from self._statements()
-        args = (name, max_in_flight, memory)
         if (yield from self._ensure_available()):
-            return str((yield Run(st["ensure_limit"], args, True))[0][0])
-        # --- before 1.8 ---
+            return str((yield Run(st[ensure], args, True))[0][0])
         try:
-            yield Run(st["create_limit"], args, True)
+            yield Run(st[create], args, True)
             return "created"
         except AlreadyExists:
             return "exists"
