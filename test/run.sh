@@ -174,6 +174,7 @@ suite_own() {	# suite_own LOG SCRIPT [ARG]
 # NAME FUNCTION [ARGS...], longest first (on this machine), so that the
 # long ones start at once and the short ones fill in beside them
 SUITES=(
+	"python suite_shell clients/python/test"
 	"memory suite_shell test/memory 1"
 	"memory-more suite_shell test/memory 2 3 4 5 6"
 	"stress suite_shell test/stress"
@@ -184,7 +185,6 @@ SUITES=(
 	"examples/clients suite_own test/examples clients"
 	"proxy suite_own proxy/test/proxy"
 	"examples/asyncio suite_own test/examples asyncio"
-	"python suite_shell clients/python/test"
 	"pg_regress suite_pg_regress"
 	"examples/gateway suite_own test/examples gateway"
 	"hung suite_own proxy/test/hung"
