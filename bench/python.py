@@ -121,7 +121,7 @@ def sync_row(driver: str, source: str, bucket: str, dsn: str, seconds: float,
         limiter = tokenbucket.Limiter(dsn, driver=driver, pool_size=1)
         limiter.try_(name)
         conn = limiter._source.idle[0][0]   # the pool's one connection, idle between calls
-    sql, params, _ = _core.try_call(limiter._statements(), {name: 1.0}, None)
+    sql, params, _ = _core.try_call(limiter._drive(limiter._statements()), {name: 1.0}, None)
     if driver == "psycopg2":
         def bare():
             with conn.cursor() as cur:
@@ -152,7 +152,7 @@ async def async_row(driver: str, source: str, bucket: str, dsn: str, seconds: fl
         limiter = tokenbucket.AsyncLimiter(dsn, driver=driver, pool_size=1)
         await limiter.try_(name)
         conn = limiter._source.idle[0][0]
-    sql, params, _ = _core.try_call(await limiter._statements(), {name: 1.0}, None)
+    sql, params, _ = _core.try_call(await limiter._drive(limiter._statements()), {name: 1.0}, None)
     if driver == "asyncpg":
         async def bare():
             return await conn.fetch(sql, *params)

@@ -230,11 +230,13 @@ for v in $VERSIONS; do
 		in_root "$root" "dpkg -i /build/debs/*.deb &&
 			cd /build/tokenbucket && chown -R nobody: . &&
 			test ! -e tokenbucket.so && debian/tests/installcheck" >"$log" 2>&1 || rc=$?
-		# the Python package, imported from where dpkg put it (not the tree)
-		check="python3-tokenbucket: import tokenbucket, tokenbucket.httpx"
-		if in_root "$root" "cd / && python3 -c 'import tokenbucket, tokenbucket.httpx; print(tokenbucket.__file__)'" \
+		# the Python package, imported from where dpkg put it (not the tree),
+		# at the version the package says it is (its own, not the extension's)
+		check="python3-tokenbucket: import tokenbucket, tokenbucket.httpx, at its own version"
+		pyversion=$(dpkg-deb -f "$WORK"/python3-tokenbucket_*.deb Version)
+		if in_root "$root" "cd / && python3 -c 'import tokenbucket, tokenbucket.httpx; print(tokenbucket.__file__, tokenbucket.__version__)'" \
 			>"$WORK/import-$v.log" 2>&1 &&
-			grep -qx /usr/lib/python3/dist-packages/tokenbucket/__init__.py "$WORK/import-$v.log"; then
+			grep -qx "/usr/lib/python3/dist-packages/tokenbucket/__init__.py ${pyversion%-*}" "$WORK/import-$v.log"; then
 			echo "ok 1 - $check" >>"$log"
 		else
 			{ cat "$WORK/import-$v.log"; echo "not ok 1 - $check"; } >>"$log"

@@ -158,14 +158,22 @@ def debian_version():
     return re.match(r"^\S+ \(([^)]+)\)", first).group(1)
 
 
+def python_version():
+    """python3-tokenbucket's version: the client's own, with the source's
+    Debian revision (debian/rules stamps it so)."""
+    init = open(os.path.join(TOP, "clients", "python", "tokenbucket", "__init__.py")).read()
+    own = re.search(r'^__version__ = "([^"]+)"', init, re.M).group(1)
+    return own + "-" + debian_version().rsplit("-", 1)[1]
+
+
 def check_debs(text):
-    version = debian_version()
     arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True,
                           text=True).stdout.strip() or "amd64"
     problems = []
     for m in re.finditer(r"\b((?:postgresql-\d+-tokenbucket(?:-proxy)?|python3-tokenbucket))"
                          r"_([0-9][^_\s`]*)_([a-z0-9]+)\.deb", text):
         want = "all" if m.group(1).endswith("-proxy") or m.group(1).startswith("python3") else arch
+        version = python_version() if m.group(1).startswith("python3") else debian_version()
         if m.group(2) != version or m.group(3) != want:
             problems.append("%s: make deb builds %s_%s_%s.deb (debian/changelog)"
                             % (m.group(0), m.group(1), version, want))

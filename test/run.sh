@@ -50,7 +50,8 @@
 #                 three of them, to two others under load: fenced calls
 #                 fail with class 08, no window overdrawn, each bucket once
 #   python        clients/python/test.sh: the Python client's pytest suite,
-#                 against the stand-in provider where it needs one
+#                 against the stand-in provider where it needs one; its
+#                 types (mypy --strict) and an offline pip install
 #   docs          test/doctest.sh: every sql and sh block of README.md,
 #                 docs/, bench/README.md and CONTRIBUTING.md run against a
 #                 throwaway server, output checked where shown; and the
@@ -74,10 +75,11 @@ source "$(dirname "$0")/../scripts/common.sh"
 
 EXAMPLE_PACKAGES=(python3-aiohttp python3-asyncpg python3-psycopg2 python3-celery
 	rabbitmq-server libdbd-pg-perl default-jdk-headless libpostgresql-jdbc-java)
-# the Python client's suite (clients/python), and the examples built on it
+# the Python client's suite (clients/python), and the examples built on it;
+# mypy checks the client's types, venv and setuptools install it as README says
 PYTHON_PACKAGES=(python3-aiohttp python3-asyncpg python3-psycopg2 python3-celery
 	python3-psycopg python3-psycopg-pool python3-httpx python3-starlette python3-flask
-	python3-pytest python3-pytest-asyncio)
+	python3-pytest python3-pytest-asyncio python3-mypy python3-venv python3-setuptools)
 command -v npm >/dev/null || EXAMPLE_PACKAGES+=(nodejs npm)
 case " ${TB_SKIP:-} " in *" examples "*) EXAMPLE_PACKAGES=() ;; esac
 # every package any suite needs, in one apt-get before anything runs: the
@@ -182,6 +184,7 @@ suite_own() {	# suite_own LOG SCRIPT [ARG]
 # NAME FUNCTION [ARGS...], longest first (on this machine), so that the
 # long ones start at once and the short ones fill in beside them
 SUITES=(
+	"python suite_shell clients/python/test"
 	"memory suite_shell test/memory 1"
 	"memory-more suite_shell test/memory 2 3 4 5 6"
 	"stress suite_shell test/stress"
@@ -192,7 +195,6 @@ SUITES=(
 	"examples/clients suite_own test/examples clients"
 	"proxy suite_own proxy/test/proxy"
 	"examples/asyncio suite_own test/examples asyncio"
-	"python suite_shell clients/python/test"
 	"pg_regress suite_pg_regress"
 	"examples/gateway suite_own test/examples gateway"
 	"hung suite_own proxy/test/hung"

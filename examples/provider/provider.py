@@ -18,7 +18,9 @@ arrival, tokens when the answer's usage is known, as providers bill them.
 A request that finds either bucket short is refused with 429 and the time
 until it would fit.  With --concurrency N, as providers cap concurrent
 requests, one that arrives while N are being answered is refused with 429
-too (counted in refused_in_flight).
+too (counted in refused_in_flight).  With --retry-after S, a rate-limit 429
+says Retry-After S whatever the buckets hold, as a provider that answers a
+fixed hint does.
 """
 import argparse
 import asyncio
@@ -75,6 +77,8 @@ def make_app(args):
         wait = max(requests.wait_for(1), tokens.wait_for(1))
         if wait > 0:
             stats["refused"] += 1
+            if args.retry_after is not None:
+                wait = args.retry_after
             return web.json_response(
                 {"error": "rate_limit_exceeded"}, status=429,
                 headers={**headers(), "Retry-After": f"{wait:.3f}"})
@@ -120,6 +124,9 @@ def main():
     parser.add_argument("--latency", type=float, default=0.05, help="seconds an answer takes")
     parser.add_argument("--concurrency", type=int, default=0,
                         help="most requests answered at once (0: no cap)")
+    parser.add_argument("--retry-after", type=float, default=None,
+                        help="seconds a rate-limit 429's Retry-After says "
+                             "(default: until the request would fit)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     web.run_app(make_app(args), host="127.0.0.1", port=args.port, print=None)

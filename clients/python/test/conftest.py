@@ -32,10 +32,11 @@ def conninfo(dbname: str = DB, **extra: str) -> str:
     return " ".join(f"{k}='{v}'" for k, v in parts.items())
 
 
-def url(dbname: str = DB) -> str:
+def url(dbname: str = DB, app: str | None = None) -> str:
     """The same server as a URL (what asyncpg's own parser reads)."""
     host = BASE.get("host", "")
-    return f"postgresql://{BASE['user']}@/{dbname}?host={host}&port={BASE.get('port', 5432)}"
+    out = f"postgresql://{BASE['user']}@/{dbname}?host={host}&port={BASE.get('port', 5432)}"
+    return out if app is None else out + f"&application_name={app}"
 
 
 # ---- TAP ----------------------------------------------------------------------

@@ -267,6 +267,52 @@ async def test_client_wait_holds_no_connection(admin, name):
     await lim.close()
 
 
+def test_sync_client_wait_holds_no_connection(admin, name):
+    """The same for Limiter: 50 threads sleeping on a pool of 5 hold none of
+    its connections (none active or in a transaction on the server, and a
+    query of the app's own gets one at once); 5 waits in the server hold
+    all 5, active on the server the whole time."""
+    import threading
+    make_bucket(admin, name, 1, 1, 5)               # a token every 5 s
+    app = f"tb-swait-{name}"
+    lim = tokenbucket.Limiter(conninfo(application_name=app), pool_size=5)
+    assert lim.try_(name).granted
+    denied = stats(admin, name)["denied"]
+    granted = []
+    waiters = [threading.Thread(target=lambda: granted.append(
+        lim.acquire(name, timeout=6).granted)) for _ in range(50)]
+    for w in waiters:
+        w.start()
+    for _ in range(200):                            # until each was refused once and sleeps
+        time.sleep(0.02)
+        if stats(admin, name)["denied"] - denied >= 50:
+            break
+    assert stats(admin, name)["denied"] - denied == 50
+    busy = [backends(admin, app, "active") + backends(admin, app, "idle in transaction")
+            for _ in range(10)]
+    started = time.monotonic()
+    with lim.connection() as conn:
+        conn.execute("SELECT 1")
+    assert time.monotonic() - started < 0.5
+    assert max(busy) == 0 and backends(admin, app) <= 5
+    for w in waiters:
+        w.join(30)
+    assert len(granted) == 50 and granted.count(True) >= 1
+    # in the server: 5 waits hold the 5 connections, active all along
+    server = [threading.Thread(target=lambda: lim.acquire(name, 1, timeout=2, wait="server"))
+              for _ in range(5)]
+    for t in server:
+        t.start()
+    for _ in range(100):
+        time.sleep(0.02)
+        if backends(admin, app, "active") == 5:
+            break
+    assert backends(admin, app, "active") == 5
+    for t in server:
+        t.join(30)
+    lim.close()
+
+
 def test_threads_share_pool_size_connections(admin, name):
     """A Limiter from a DSN opens at most pool_size connections: a thread
     finding them all lent waits for one to come back, and 8 threads making

@@ -111,3 +111,206 @@ async def test_asgi(admin, name):
     assert (await get(None))[0] == 400                    # required
     assert (await get("k*"))[0] == 400
     await lim.close()
+
+
+SECONDS = 2.0
+CAPACITY, RATE = 5, 20          # the template: 5 at once, then 20 a second
+
+
+def _check_gateway(admin, name, answers, t0, t1):
+    """answers: (user, status, headers) of every request; t0, t1: the
+    server's clock around them.  Each user's bucket granted no more than
+    capacity + rate x elapsed (and at least half of that: the limit is not
+    refusing everyone), as the answers and the server's counters say."""
+    elapsed = (t1 - t0).total_seconds()
+    allowed = CAPACITY + RATE * elapsed
+    for user in ("alice", "bob"):
+        mine = [(s, h) for u, s, h in answers if u == user]
+        ok = sum(s == 200 for s, _ in mine)
+        refused = [h for s, h in mine if s == 429]
+        assert ok + len(refused) == len(mine) and len(refused) > len(mine) // 2
+        assert 0.5 * allowed <= ok <= allowed, (user, ok, allowed)
+        server = admin.execute("SELECT granted FROM tb_stats WHERE name = %s",
+                               (name + user,)).fetchone()[0]
+        assert server == ok
+        assert all(int(h["retry-after"]) >= 1 and h["ratelimit"].startswith('"default";r=0;')
+                   for h in refused)
+    print(f"# {len(answers)} requests in {elapsed:.2f} s: "
+          f"{sum(s == 200 for _, s, _ in answers)} granted, at most {2 * allowed:.0f} allowed")
+
+
+async def test_asgi_200_concurrent_clients(admin, name):
+    """The gateway scenario on ASGI: 200 clients at once, half of them
+    alice, half bob, each asking again as soon as answered for 2 s."""
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+    from tokenbucket.middleware import ASGIMiddleware, from_header
+
+    make_bucket(admin, name + "*", CAPACITY, RATE)
+
+    async def hello(request):
+        return PlainTextResponse("hello\n")
+
+    lim = tokenbucket.AsyncLimiter(url(), pool_size=10)
+    app = Starlette(routes=[Route("/hello", hello)])
+    app.add_middleware(ASGIMiddleware, limiter=lim, key=from_header("X-API-Key"), prefix=name)
+    answers = []
+
+    async def client(user):
+        loop = asyncio.get_running_loop()
+        end = loop.time() + SECONDS
+        while loop.time() < end:
+            sent = []
+            scope = {"type": "http", "method": "GET", "path": "/hello", "raw_path": b"/hello",
+                     "query_string": b"", "headers": [(b"x-api-key", user.encode())],
+                     "http_version": "1.1", "scheme": "http", "server": ("t", 80),
+                     "client": ("c", 1), "root_path": ""}
+
+            async def receive():
+                return {"type": "http.request", "body": b"", "more_body": False}
+
+            async def send(message):
+                sent.append(message)
+            await app(scope, receive, send)
+            answers.append((user, sent[0]["status"],
+                            {k.decode(): v.decode() for k, v in sent[0]["headers"]}))
+            await asyncio.sleep(0.01)
+
+    t0 = admin.execute("SELECT clock_timestamp()").fetchone()[0]
+    await asyncio.gather(*(client(("alice", "bob")[i % 2]) for i in range(200)))
+    t1 = admin.execute("SELECT clock_timestamp()").fetchone()[0]
+    _check_gateway(admin, name, answers, t0, t1)
+    await lim.close()
+
+
+def test_wsgi_200_concurrent_clients(admin, name):
+    """The same on WSGI (Flask): 200 client threads."""
+    import threading
+    import time
+    from flask import Flask
+    from tokenbucket.middleware import WSGIMiddleware, from_query
+
+    make_bucket(admin, name + "*", CAPACITY, RATE)
+    app = Flask("tb_test_200")
+
+    @app.get("/hello")
+    def hello():
+        return "hello\n"
+
+    lim = tokenbucket.Limiter(conninfo(), pool_size=10)
+    app.wsgi_app = WSGIMiddleware(app.wsgi_app, lim, key=from_query("user"), prefix=name)
+    answers = []
+    go = threading.Event()
+
+    def client(user):
+        http = app.test_client()
+        go.wait()
+        end = time.monotonic() + SECONDS
+        while time.monotonic() < end:
+            r = http.get("/hello", query_string={"user": user})
+            answers.append((user, r.status_code, {k.lower(): v for k, v in r.headers.items()}))
+            time.sleep(0.01)
+
+    threads = [threading.Thread(target=client, args=(("alice", "bob")[i % 2],))
+               for i in range(200)]
+    for t in threads:
+        t.start()
+    t0 = admin.execute("SELECT clock_timestamp()").fetchone()[0]
+    go.set()
+    for t in threads:
+        t.join()
+    t1 = admin.execute("SELECT clock_timestamp()").fetchone()[0]
+    _check_gateway(admin, name, answers, t0, t1)
+    lim.close()
+
+
+def test_celery_200_tasks_hold_the_limit(admin, name, provider):
+    """The first article's scenario: 200 tasks at once on 4 worker processes
+    forked after the limiter was made (Celery's prefork pool; the broker's
+    countdown kept by this process, which hands each retried task back when
+    its countdown is up), each limited by tokenbucket.celery.limited: the
+    provider refuses none and serves each task once, and the bucket granted
+    no more than capacity + rate x elapsed (the server's clock)."""
+    import heapq
+    import json
+    import multiprocessing as mp
+    import time
+    import urllib.request
+    from celery import Celery
+    from celery.exceptions import Retry
+    import tokenbucket.celery as tbc
+
+    base = provider(rpm=50, tpm=1e9, window=1, latency=0.01)
+    rpm = name + "rpm"
+    make_bucket(admin, rpm, 5, 40)                 # under the provider's 50 a second
+    app = f"tb-celery-{name}"
+    lim = tokenbucket.Limiter(conninfo(application_name=app), driver="psycopg2",
+                              headers=tokenbucket.header_map(requests=rpm))
+    assert lim.peek(rpm).granted                    # the parent's connection is open
+    celery = Celery("tb_test_200", broker="memory://", backend="cache+memory://")
+    countdowns: list[float] = []                    # the retry of the task run last
+
+    @celery.task(bind=True, max_retries=None)
+    @tbc.limited(lim, {rpm: 1})
+    def call(self, n, reservation=None):
+        request = urllib.request.Request(base + "/v1/complete", data=b'{"prompt_tokens": 1}',
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request) as answer:
+            reservation.observe(answer.status, answer.headers)
+            return answer.status
+
+    def retry(countdown=None, max_retries=None, **kw):
+        countdowns.append(countdown)
+        return Retry("later", when=countdown)
+    call.retry = retry
+
+    def worker(inbox, outbox):
+        while (job := inbox.get()) is not None:
+            n, retries = job
+            countdowns.clear()
+            result = call.apply(args=(n,), retries=retries)
+            outbox.put((n, result.state, result.result if result.state == "SUCCESS"
+                        else countdowns[0] if countdowns else repr(result.result)))
+
+    ctx = mp.get_context("fork")
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    t0 = admin.execute("SELECT clock_timestamp()").fetchone()[0]
+    workers = [ctx.Process(target=worker, args=(inbox, outbox)) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for n in range(200):
+        inbox.put((n, 0))
+    due, retries, served, tries = [], [0] * 200, [], 0
+    deadline = time.monotonic() + 120
+    while len(served) < 200 and time.monotonic() < deadline:
+        while due and due[0][0] <= time.monotonic():
+            _, n = heapq.heappop(due)
+            inbox.put((n, retries[n]))
+        try:
+            n, state, value = outbox.get(timeout=0.005)
+        except Exception:
+            continue
+        tries += 1
+        if state == "SUCCESS":
+            served.append((n, value))
+        else:
+            assert state == "RETRY", (state, value)
+            retries[n] += 1
+            heapq.heappush(due, (time.monotonic() + value, n))
+    for w in workers:
+        inbox.put(None)
+    for w in workers:
+        w.join(20)
+    t1 = admin.execute("SELECT clock_timestamp()").fetchone()[0]
+    elapsed = (t1 - t0).total_seconds()
+    with urllib.request.urlopen(base + "/stats") as answer:
+        p = json.load(answer)
+    s = admin.execute("SELECT granted FROM tb_stats WHERE name = %s", (rpm,)).fetchone()[0]
+    print(f"# 200 tasks in {elapsed:.2f} s, {tries} tries; provider served {p['served']}, "
+          f"refused {p['refused']}; granted {s}, at most {5 + 40 * elapsed:.0f}")
+    assert sorted(n for n, _ in served) == list(range(200)) and {v for _, v in served} == {200}
+    assert p["served"] == 200 and p["refused"] == 0
+    assert s == 200 and s <= 5 + 40 * elapsed
+    assert elapsed < 10 * (195 / 40)
+    lim.close()

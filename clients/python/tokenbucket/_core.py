@@ -1,4 +1,13 @@
-"""What the sync and async limiters share: decisions, arguments, the SQL.
+"""What the sync and async limiters share: everything but the I/O.
+
+Every call of a limiter is written once here, as a plan: a generator that
+yields the steps it needs carried out, Run (a statement; its rows are sent
+back) or Sleep, and returns the call's result.  Limiter (_sync) carries
+plans out with blocking calls and time.sleep, AsyncLimiter (_async) with
+awaits and asyncio.sleep; neither decides anything else.  An error of a
+statement is thrown into the plan where it was yielded, so that a plan
+can catch it (ensure before extension 1.8 takes AlreadyExists for an
+answer).
 
 The SQL is written once with $n parameters, each cast to its type in the
 statement itself, so that every driver sends plain Python floats, strings
@@ -11,13 +20,22 @@ from __future__ import annotations
 import math
 import random
 import re
+import time
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Iterable, Mapping, Union
+from datetime import datetime, timedelta
+from typing import Any, Generator, Iterable, Mapping, TypeVar, Union
+
+from . import _drivers, headers as _headers
+from .errors import (AlreadyExists, AlreadySettled, ConnectionLost, OutcomeUnknown,
+                     RateLimited, TokenBucketError, TransactionInProgress, translate)
 
 Costs = Union[str, Mapping[str, float], Iterable[str]]
 Duration = Union[float, int, timedelta]
+Rows = list[Any]
+T = TypeVar("T")
 
+
+# ---- what a call answers ----------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
 class BucketDecision:
@@ -46,6 +64,35 @@ class Decision:
         return self.granted
 
 
+def combine(rows: Rows, names: list[str] | None = None) -> Decision:
+    """A Decision from tb_try/tb_peek's row (granted, remaining, retry, reset),
+    or from tb_try_all's rows (name, granted, remaining, retry, reset)."""
+    if names is None:
+        row = rows[0]
+        return Decision(bool(row[0]), row[1], row[2], row[3])
+    parts = tuple(BucketDecision(r[0], bool(r[1]), r[2], r[3], r[4]) for r in rows)
+    return Decision(all(p.granted for p in parts), min(p.remaining for p in parts),
+                    max(p.retry_after for p in parts), max(p.reset_after for p in parts),
+                    parts)
+
+
+WAITED = float("nan")
+
+
+def waited(granted: bool) -> Decision:
+    """The decision of a wait in the server, which answers only yes or no."""
+    return Decision(granted, WAITED, 0.0 if granted else math.inf, WAITED)
+
+
+def one(given: object, names: list[str], rows: Rows) -> Any:
+    """A call on several buckets answers a row each: the value for a name
+    given alone, else {name: value}."""
+    values = {n: r[0] for n, r in zip(names, rows)}
+    return values[given] if isinstance(given, str) else values
+
+
+# ---- arguments ------------------------------------------------------------------
+
 def costs_of(spec: Costs, cost: float | None = None) -> dict[str, float]:
     """{name: cost} from a name (with cost, 1 by default), a mapping, or names (1 each)."""
     if isinstance(spec, str):
@@ -61,11 +108,6 @@ def costs_of(spec: Costs, cost: float | None = None) -> dict[str, float]:
     return out
 
 
-def cost_of(cost: float | None) -> float:
-    """One bucket's cost: 1 by default, else as a float (what costs_of gives it)."""
-    return 1.0 if cost is None else float(cost)
-
-
 def seconds(value: Duration | None) -> float | None:
     """Seconds as a float from a number or a timedelta (None stays None)."""
     if value is None:
@@ -77,37 +119,42 @@ def seconds(value: Duration | None) -> float | None:
     raise TypeError(f"a duration is seconds or a timedelta, not {type(value).__name__}")
 
 
-def combine(rows: list, names: list[str] | None = None) -> Decision:
-    """A Decision from tb_try/tb_peek's row (granted, remaining, retry, reset),
-    or from tb_try_all's rows (name, granted, remaining, retry, reset)."""
-    if names is None:
-        row = rows[0]
-        return Decision(bool(row[0]), row[1], row[2], row[3])
-    parts = tuple(BucketDecision(r[0], bool(r[1]), r[2], r[3], r[4]) for r in rows)
-    return Decision(all(p.granted for p in parts), min(p.remaining for p in parts),
-                    max(p.retry_after for p in parts), max(p.reset_after for p in parts),
-                    parts)
+def duration(value: Duration) -> float:
+    """seconds() of a duration that must be given."""
+    out = seconds(value)
+    if out is None:
+        raise TypeError("a duration is required: seconds or a timedelta")
+    return out
+
+
+def amounts(name: str | Mapping[str, float], value: float | None,
+            what: str) -> dict[str, float]:
+    """{name: value} for a call on one bucket, or the mapping for several."""
+    if isinstance(name, str):
+        if value is None:
+            raise TypeError(f"{what}= goes with a bucket name; give a mapping for several")
+        return {name: float(value)}
+    if value is not None:
+        raise TypeError(f"{what}= goes with a single bucket name, not a mapping")
+    return {n: float(v) for n, v in name.items()}
+
+
+def sorted_pairs(values: Mapping[str, float]) -> tuple[list[str], list[float]]:
+    """Names sorted, and their values: two calls on the same buckets lock
+    their rows in one order."""
+    names = sorted(values)
+    return names, [values[n] for n in names]
+
+
+def names_of(names: str | Iterable[str]) -> list[str]:
+    return [names] if isinstance(names, str) else sorted(names)
 
 
 def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-class Backoff:
-    """Sleeps of a client-side wait: the server's retry_after, plus a random
-    part that starts at a tenth of it and doubles with each refusal (up to
-    max_jitter), so that many waiters of one bucket spread out instead of
-    all asking again at the same moment."""
-
-    def __init__(self, jitter: float = 0.1, max_jitter: float = 1.0) -> None:
-        self.jitter = jitter
-        self.max_jitter = max_jitter
-        self.window = 0.0
-
-    def next(self, retry_after: float) -> float:
-        self.window = min(self.max_jitter, max(self.window * 2, retry_after * self.jitter, 0.001))
-        return retry_after + random.uniform(0, self.window)
-
+# ---- the SQL ------------------------------------------------------------------------
 
 _PARAM = re.compile(r"\$\d+")
 
@@ -157,7 +204,7 @@ class Statements:
             "lease_wait": f"SELECT {s}tb_lease_wait($1::text, $2::int4, 'session', "
                           f"make_interval(secs => $3::float8), make_interval(secs => $4::float8), $5::float8)",
             "release": f"SELECT {s}tb_release($1::int8)",
-            "has_ensure": f"SELECT to_regprocedure($1::text) IS NOT NULL",
+            "has_ensure": "SELECT to_regprocedure($1::text) IS NOT NULL",
             "ensure": f"SELECT {s}tb_ensure($1::text, $2::float8, $3::float8, "
                       f"make_interval(secs => $4::float8), $5::bool)",
             "ensure_limit": f"SELECT {s}tb_ensure_limit($1::text, $2::int4, $3::bool)",
@@ -182,8 +229,10 @@ SCHEMA_QUERY = ("SELECT n.nspname FROM pg_catalog.pg_extension e "
                 "JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace "
                 "WHERE e.extname = 'tokenbucket'")
 
+Call = tuple[str, tuple[Any, ...], Union[list[str], None]]
 
-def try_call(st: Statements, costs: dict[str, float], reserve: float | None):
+
+def try_call(st: Statements, costs: dict[str, float], reserve: float | None) -> Call:
     """(sql, params, names or None) of the grant for these costs."""
     if len(costs) == 1:
         (name, cost), = costs.items()
@@ -197,7 +246,7 @@ def try_call(st: Statements, costs: dict[str, float], reserve: float | None):
     return st["try_all_r"], (names, values, reserve), names
 
 
-def peek_call(st: Statements, costs: dict[str, float], reserve: float | None):
+def peek_call(st: Statements, costs: dict[str, float], reserve: float | None) -> Call:
     if len(costs) == 1:
         (name, cost), = costs.items()
         if reserve is None:
@@ -211,7 +260,7 @@ def peek_call(st: Statements, costs: dict[str, float], reserve: float | None):
 
 
 def wait_call(st: Statements, costs: dict[str, float], timeout: float | None,
-              reserve: float | None):
+              reserve: float | None) -> tuple[str, tuple[Any, ...]]:
     if reserve is not None:
         raise ValueError("a wait in the server takes no reserve (tb_acquire_wait has none)")
     if len(costs) == 1:
@@ -221,14 +270,393 @@ def wait_call(st: Statements, costs: dict[str, float], timeout: float | None,
     return st["wait_all"], (names, [costs[n] for n in names], timeout)
 
 
-def sorted_pairs(amounts: Mapping[str, float]) -> tuple[list[str], list[float]]:
-    names = sorted(amounts)
-    return names, [float(amounts[n]) for n in names]
+def lease_call(st: Statements, name: str, slots: int, timeout: Duration | None,
+               ttl: Duration | None, reserve: float | None) -> tuple[str, tuple[Any, ...]]:
+    """tb_lease for timeout 0, else tb_lease_wait (None: no limit)."""
+    wait = seconds(timeout)
+    if wait == 0:
+        return st["lease"], (name, slots, seconds(ttl), reserve)
+    return st["lease_wait"], (name, slots, seconds(ttl), wait, reserve)
 
 
-WAITED = float("nan")
+def leased(rows: Rows, name: str) -> int:
+    """The lease id tb_lease answered, or RateLimited when it had no slot."""
+    lease = rows[0][0]
+    if lease is None:
+        raise RateLimited(f"no free slot of {name}", math.nan)
+    return int(lease)
 
 
-def waited(granted: bool) -> Decision:
-    """The decision of a wait in the server, which answers only yes or no."""
-    return Decision(granted, WAITED, 0.0 if granted else math.inf, WAITED)
+# ---- waiting ------------------------------------------------------------------------
+
+class Backoff:
+    """Sleeps of a client-side wait: the server's retry_after, plus a random
+    part that starts at a tenth of it and doubles with each refusal (up to
+    max_jitter), so that many waiters of one bucket spread out instead of
+    all asking again at the same moment."""
+
+    def __init__(self, jitter: float = 0.1, max_jitter: float = 1.0) -> None:
+        self.jitter = jitter
+        self.max_jitter = max_jitter
+        self.window = 0.0
+
+    def next(self, retry_after: float) -> float:
+        self.window = min(self.max_jitter, max(self.window * 2, retry_after * self.jitter, 0.001))
+        return retry_after + random.uniform(0, self.window)
+
+
+def spread(retry_after: float, refusals: int, jitter: float, max_jitter: float) -> float:
+    """Backoff's sleep for a waiter that keeps nothing between tries but how
+    many were refused (a Celery task's retries): retry_after plus a random
+    part of a tenth of it (jitter), doubled with each refusal, up to
+    max_jitter."""
+    window = min(max_jitter, max(retry_after * jitter, 0.001) * 2 ** min(refusals, 30))
+    return retry_after + random.uniform(0, window)
+
+
+# ---- errors -------------------------------------------------------------------------
+
+def failure(exc: Exception, *, safe: bool, again: bool) -> tuple[TokenBucketError | None, bool]:
+    """What a driver's exception raised by a statement means: (the exception
+    to raise, or None to make the call again on a new connection; whether the
+    connection is lost, to be discarded).  A lost connection is worth a second
+    try only for a call that is safe to repeat (again: the source can replace
+    it, and this was the first try); for one that takes or gives tokens or
+    slots, whether it took effect is unknown."""
+    err = translate(exc)
+    if not isinstance(err, ConnectionLost):
+        return err, False
+    if safe and again:
+        return None, True
+    if not safe:
+        return OutcomeUnknown("the connection was lost during the call: whether it took "
+                              "effect is unknown", detail=str(exc).strip()), True
+    return err, True
+
+
+def connect_failure(exc: BaseException) -> TokenBucketError:
+    """The exception for a failure to open a connection."""
+    err = translate(exc)
+    if isinstance(err, ConnectionLost):
+        return ConnectionLost(f"could not connect: {err.message}")
+    return err
+
+
+def lease_failure(exc: Exception) -> tuple[TokenBucketError, bool]:
+    """(the exception, whether the connection is lost) for a failed tb_lease:
+    a lost connection leaves the lease's fate unknown."""
+    err = translate(exc)
+    if isinstance(err, ConnectionLost):
+        return OutcomeUnknown("the connection was lost while leasing"), True
+    return err, False
+
+
+def release_failure(exc: Exception) -> TokenBucketError | None:
+    """The exception for a failed tb_release, None for a lost connection
+    (its session's end frees the slots)."""
+    err = translate(exc)
+    return None if isinstance(err, ConnectionLost) else err
+
+
+def pool_closed() -> ConnectionLost:
+    return ConnectionLost("every connection of the pool was closed by the server")
+
+
+def in_transaction() -> TransactionInProgress:
+    return TransactionInProgress(
+        "the connection is inside a transaction",
+        hint="Commit it first, or use limiter.on(conn) to take part in it on purpose.")
+
+
+# ---- sources --------------------------------------------------------------------------
+
+def classify(obj: object, driver: str | None, asynchronous: bool) -> tuple[str, str]:
+    """(what, kind) of a limiter's source: what is "dsn", "pool" or
+    "connection", kind the driver ("psycopg", "psycopg2", "asyncpg").  A
+    DSN's driver is driver=, else the first installed of psycopg 3 and
+    psycopg2 (Limiter) or asyncpg and psycopg 3 (AsyncLimiter)."""
+    choices = ("asyncpg", "psycopg") if asynchronous else ("psycopg", "psycopg2")
+    if isinstance(obj, str):
+        if driver is None:
+            try:
+                __import__(choices[0])
+                driver = choices[0]
+            except ImportError:
+                driver = choices[1]
+        if driver not in choices:
+            raise ValueError(f"driver is {choices[0]!r} or {choices[1]!r} for "
+                             f"{'an AsyncLimiter' if asynchronous else 'a Limiter'}")
+        return "dsn", driver
+    kind = _drivers.kind_of(obj)
+    name = type(obj).__name__
+    is_async = kind in ("asyncpg", "asyncpg_pool") or name.startswith("Async")
+    if kind and is_async != asynchronous:
+        raise TypeError(f"a {name} goes to {'Limiter' if is_async else 'AsyncLimiter'}")
+    if kind == "psycopg_pool":
+        return "pool", "psycopg"
+    if kind == "asyncpg_pool":
+        return "pool", "asyncpg"
+    if kind:
+        return "connection", kind
+    raise TypeError(
+        "an AsyncLimiter takes a DSN, an asyncpg connection or pool, or a psycopg "
+        f"AsyncConnection or AsyncConnectionPool, not {name}" if asynchronous else
+        "a Limiter takes a DSN, a psycopg or psycopg2 connection, or a "
+        f"psycopg_pool.ConnectionPool, not {name}")
+
+
+# ---- the calls ------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Run:
+    """A step of a plan: run one statement; its rows are sent back.  safe:
+    the call may be made again on a new connection when the connection is
+    lost (it takes and gives nothing)."""
+    sql: str
+    params: tuple[Any, ...]
+    safe: bool
+
+
+@dataclass(slots=True)
+class Sleep:
+    """A step of a plan: sleep, holding no connection."""
+    seconds: float
+
+
+Plan = Generator[Union[Run, Sleep], Any, T]
+C = TypeVar("C", bound="Core")
+
+
+class Core:
+    """What Limiter and AsyncLimiter share: their settings, where the
+    connections come from (_source, replaced in a forked child), and the
+    plan of every call.  A subclass supplies _drive, which carries a plan
+    out."""
+
+    def __init__(self, source: Any, schema: str | None, headers: Mapping[str, str] | None,
+                 jitter: float, max_jitter: float) -> None:
+        self._source = source
+        self._forks = _drivers.FORKS
+        self.schema = schema
+        self.headers = dict(headers or {})
+        self.jitter, self.max_jitter = jitter, max_jitter
+        self._st: Statements | None = None
+        self._has_ensure: bool | None = None
+
+    def _joined(self, lim: C) -> C:
+        """lim, made by on(conn): it shares this limiter's SQL when its driver's
+        paramstyle is the same."""
+        if self._st is not None and lim._source.kind == self._source.kind:
+            lim._st = self._st
+        return lim
+
+    def _src(self) -> Any:
+        if _drivers.FORKS != self._forks:
+            # a forked child: never the parent's connections
+            self._source = self._source.forked()
+            self._forks = _drivers.FORKS
+        return self._source
+
+    def _mapping(self, headers: Mapping[str, str] | None) -> Mapping[str, str]:
+        return self.headers if headers is None else headers
+
+    def _statements(self) -> Plan[Statements]:
+        if self._st is None:
+            schema = self.schema
+            if schema is None:
+                rows = yield Run(SCHEMA_QUERY, (), True)
+                if not rows:
+                    raise TokenBucketError("the tokenbucket extension is not installed in "
+                                           "this database", hint="CREATE EXTENSION tokenbucket;")
+                schema = rows[0][0]
+            style = "numeric" if self._source.kind == "asyncpg" else "format"
+            self._st = Statements(schema, style)
+        return self._st
+
+    # -- taking tokens
+
+    def _try_one(self, costs: Costs, cost: float | None,
+                 reserve: float | None) -> tuple[str, tuple[Any, ...]] | None:
+        """The statement of a try_ of one bucket (the call made most), once the
+        SQL is known: run at once, without a plan, then combine(rows)."""
+        if reserve is None and type(costs) is str and self._st is not None:
+            return self._st.sql["try"], (costs, 1.0 if cost is None else float(cost))
+        return None
+
+    def _try(self, costs: Costs, cost: float | None, reserve: float | None) -> Plan[Decision]:
+        st = self._st or (yield from self._statements())
+        sql, params, names = try_call(st, costs_of(costs, cost), reserve)
+        return combine((yield Run(sql, params, False)), names)
+
+    def _peek(self, costs: Costs, cost: float | None, reserve: float | None) -> Plan[Decision]:
+        st = yield from self._statements()
+        sql, params, names = peek_call(st, costs_of(costs, cost), reserve)
+        return combine((yield Run(sql, params, True)), names)
+
+    def _acquire(self, costs: Costs, cost: float | None, timeout: Duration | None,
+                 reserve: float | None, wait: str) -> Plan[Decision]:
+        c = costs_of(costs, cost)
+        limit = seconds(timeout)
+        if wait == "server":
+            sql, params = wait_call((yield from self._statements()), c, limit, reserve)
+            if (yield Run(sql, params, False))[0][0]:
+                return waited(True)
+            return (yield from self._peek(c, None, reserve))
+        if wait != "client":
+            raise ValueError("wait is 'client' or 'server'")
+        deadline = None if limit is None else time.monotonic() + limit
+        backoff = Backoff(self.jitter, self.max_jitter)
+        while True:
+            decision = yield from self._try(c, None, reserve)
+            if decision.granted:
+                return decision
+            now = time.monotonic()
+            if deadline is not None and now + decision.retry_after > deadline:
+                return decision
+            pause = backoff.next(decision.retry_after)
+            yield Sleep(pause if deadline is None else min(pause, deadline - now))
+
+    def _reserve(self, costs: Costs, cost: float | None, timeout: Duration | None,
+                 reserve: float | None, wait: str) -> Plan[tuple[dict[str, float], Decision]]:
+        c = costs_of(costs, cost)
+        decision = yield from self._acquire(c, None, timeout, reserve, wait)
+        if not decision.granted:
+            raise RateLimited(f"not granted within {seconds(timeout)} s",
+                              decision.retry_after, decision)
+        return c, decision
+
+    # -- after a call
+
+    def _apply(self, key: str, name: str | Mapping[str, Any], values: dict[str, float],
+               safe: bool) -> Plan[Any]:
+        """tb_refund or tb_sync of each bucket (sorted): one(name, ...)."""
+        names, amounts_ = sorted_pairs(values)
+        st = yield from self._statements()
+        return one(name, names, (yield Run(st[key], (names, amounts_), safe)))
+
+    def _refund(self, name: str | Mapping[str, float], tokens: float | None) -> Plan[Any]:
+        return (yield from self._apply("refund", name, amounts(name, tokens, "tokens"), False))
+
+    def _sync(self, name: str | Mapping[str, float], remaining: float | None) -> Plan[Any]:
+        return (yield from self._apply("sync", name, amounts(name, remaining, "remaining"),
+                                       True))
+
+    def _settle(self, name: str | Mapping[str, tuple[float, float]], reserved: float | None,
+                used: float | None) -> Plan[Any]:
+        if isinstance(name, str):
+            if reserved is None or used is None:
+                raise TypeError("reserved= and used= go with a bucket name; give a mapping "
+                                "{name: (reserved, used)} for several")
+            pairs = {name: (float(reserved), float(used))}
+        else:
+            pairs = {n: (float(r), float(u)) for n, (r, u) in name.items()}
+        names = sorted(pairs)
+        st = yield from self._statements()
+        rows = yield Run(st["settle"], (names, [pairs[n][0] for n in names],
+                                        [pairs[n][1] for n in names]), False)
+        return one(name, names, rows)
+
+    def _pause(self, names: str | Iterable[str], for_: Duration) -> Plan[None]:
+        st = yield from self._statements()
+        yield Run(st["pause"], (names_of(names), duration(for_)), True)
+
+    def _pause_until(self, names: str | Iterable[str], until: datetime) -> Plan[None]:
+        st = yield from self._statements()
+        yield Run(st["pause_until"], (names_of(names), until), True)
+
+    def _observe(self, status: int, headers: Any, mapping: Mapping[str, str] | None,
+                 pause: Iterable[str] | None) -> Plan[_headers.Observation]:
+        mapping = self.headers if mapping is None else mapping
+        obs = _headers.parse(status, headers)
+        sync, pause_for = _headers.plan(obs, mapping)
+        if sync:
+            obs.synced = yield from self._sync(sync, None)
+        if pause_for is not None:
+            targets = sorted(set(pause if pause is not None else mapping.values()))
+            if targets:
+                yield from self._pause(targets, pause_for)
+                obs.paused = {n: pause_for for n in targets}
+        return obs
+
+    # -- set-up
+
+    def _ensure(self, name: str, capacity: float, refill: float, per: Duration,
+                memory: bool) -> Plan[str]:
+        return (yield from self._ensured("ensure", "create",
+                                         (name, capacity, refill, duration(per), memory)))
+
+    def _ensure_limit(self, name: str, max_in_flight: int, memory: bool) -> Plan[str]:
+        return (yield from self._ensured("ensure_limit", "create_limit",
+                                         (name, max_in_flight, memory)))
+
+    def _ensured(self, ensure: str, create: str, args: tuple[Any, ...]) -> Plan[str]:
+        """tb_ensure or tb_ensure_limit (extension 1.8); before 1.8, tb_create
+        or tb_create_limit, taking "exists" (23505) for an answer."""
+        st = yield from self._statements()
+        if (yield from self._ensure_available()):
+            return str((yield Run(st[ensure], args, True))[0][0])
+        try:
+            yield Run(st[create], args, True)
+            return "created"
+        except AlreadyExists:
+            return "exists"
+
+    def _ensure_available(self) -> Plan[bool]:
+        if self._has_ensure is None:
+            st = yield from self._statements()
+            sig = st.prefix + "tb_ensure(text,float8,float8,interval,boolean)"
+            self._has_ensure = bool((yield Run(st["has_ensure"], (sig,), True))[0][0])
+        return self._has_ensure
+
+
+class ReservationCore:
+    """What Reservation and AsyncReservation share: the tokens taken for one
+    call, and the plans that settle them exactly once (see Reservation)."""
+
+    def __init__(self, limiter: Core, costs: dict[str, float], decision: Decision,
+                 mapping: Mapping[str, str]) -> None:
+        self.limiter = limiter
+        self.costs = costs
+        self.decision = decision
+        self.mapping = mapping
+        self.settled = False
+        self.observation: _headers.Observation | None = None
+
+    def _used(self, used: float | Mapping[str, float]) -> dict[str, float]:
+        if isinstance(used, Mapping):
+            unknown = set(used) - set(self.costs)
+            if unknown:
+                raise ValueError(f"not in this reservation: {', '.join(sorted(unknown))}")
+            return {k: float(v) for k, v in used.items()}
+        return {list(self.costs)[-1]: float(used)}
+
+    def _claim(self) -> None:
+        if self.settled:
+            raise AlreadySettled("this reservation was settled already")
+        self.settled = True
+
+    def _settle(self, used: float | Mapping[str, float] | None) -> Plan[None]:
+        pairs = {} if used is None else {
+            n: (self.costs[n], u) for n, u in self._used(used).items() if u != self.costs[n]}
+        self._claim()
+        if pairs:
+            yield from self.limiter._settle(pairs, None, None)
+
+    def _refund(self) -> Plan[None]:
+        self._claim()
+        yield from self.limiter._refund(self.costs, None)
+
+    def _observe(self, status: int, headers: Any) -> Plan[_headers.Observation]:
+        self.observation = yield from self.limiter._observe(status, headers, self.mapping,
+                                                            list(self.costs))
+        return self.observation
+
+    def _leaving(self, failed: bool) -> bool:
+        """Whether leaving the block refunds: by an exception, unless settled;
+        leaving it normally keeps what was reserved charged."""
+        if self.settled:
+            return False
+        if not failed:
+            self.settled = True
+            return False
+        return True

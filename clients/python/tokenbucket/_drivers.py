@@ -50,6 +50,13 @@ def socket_readable(fd: int) -> bool:
     return bool(readable)
 
 
+def stale(poll: Any, fresh: bool) -> bool:
+    """Whether an idle connection, kept with poller()'s answer, is not to be
+    used: fresh asks for a new one; something to read on an idle session's
+    socket means the server closed it."""
+    return fresh or poll is None or bool(poll.poll(0))
+
+
 def poller(fd: int | None) -> Any:
     """A poll object on a connection's socket, made once for it:
     poller.poll(0) is socket_readable for that connection (a closed
@@ -92,27 +99,26 @@ def sync_connect(kind: str, dsn: str, kwargs: dict[str, Any]) -> Any:
     return psycopg.connect(dsn, autocommit=True, **kwargs)
 
 
-def sync_in_transaction(kind: str, conn: Any) -> bool:
-    if kind == "psycopg2":
-        return conn.info.transaction_status != 0       # TRANSACTION_STATUS_IDLE
-    return conn.info.transaction_status != 0           # pq.TransactionStatus.IDLE
+def sync_in_transaction(conn: Any) -> bool:
+    # psycopg2's TRANSACTION_STATUS_IDLE and psycopg's pq.TransactionStatus.IDLE
+    return bool(conn.info.transaction_status != 0)
 
 
-def sync_closed(kind: str, conn: Any) -> bool:
+def sync_closed(conn: Any) -> bool:
     return bool(conn.closed) or bool(getattr(conn, "broken", False))
 
 
-def sync_run(kind: str, conn: Any, sql: str, params: tuple) -> list:
+def sync_run(kind: str, conn: Any, sql: str, params: tuple[Any, ...]) -> list[Any]:
     if kind == "psycopg2":
         with conn.cursor() as cur:
             cur.execute(sql, params)
-            return cur.fetchall()
-    return conn.execute(sql, params).fetchall()
+            return list(cur.fetchall())
+    return list(conn.execute(sql, params).fetchall())
 
 
 def sync_fileno(conn: Any) -> int | None:
     try:
-        return conn.fileno()
+        return int(conn.fileno())
     except Exception:
         return None
 
@@ -160,30 +166,30 @@ async def async_connect(kind: str, dsn: str, kwargs: dict[str, Any]) -> Any:
 
 def async_in_transaction(kind: str, conn: Any) -> bool:
     if kind == "asyncpg":
-        return conn.is_in_transaction()
-    return conn.info.transaction_status != 0
+        return bool(conn.is_in_transaction())
+    return sync_in_transaction(conn)
 
 
 def async_closed(kind: str, conn: Any) -> bool:
     if kind == "asyncpg":
-        return conn.is_closed()
-    return bool(conn.closed) or bool(getattr(conn, "broken", False))
+        return bool(conn.is_closed())
+    return sync_closed(conn)
 
 
 def async_fileno(kind: str, conn: Any) -> int | None:
     try:
         if kind == "asyncpg":
-            return conn._transport.get_extra_info("socket").fileno()
-        return conn.fileno()
+            return int(conn._transport.get_extra_info("socket").fileno())
+        return int(conn.fileno())
     except Exception:
         return None
 
 
-async def async_run(kind: str, conn: Any, sql: str, params: tuple) -> list:
+async def async_run(kind: str, conn: Any, sql: str, params: tuple[Any, ...]) -> list[Any]:
     if kind == "asyncpg":
-        return await conn.fetch(sql, *params)
+        return list(await conn.fetch(sql, *params))
     cur = await conn.execute(sql, params)
-    return await cur.fetchall()
+    return list(await cur.fetchall())
 
 
 async def async_close(kind: str, conn: Any) -> None:
@@ -198,3 +204,17 @@ async def async_close(kind: str, conn: Any) -> None:
 
 # connection objects a forked child inherited: kept, never finalized there
 ORPHANS: list[Any] = []
+
+
+def psycopg_pool_settings(pool: Any) -> tuple[str, str, dict[str, Any], int]:
+    """(conninfo, driver, connect kwargs, max size) of a psycopg_pool pool,
+    sync or async: what a forked child opens its own connections with."""
+    # a newer psycopg_pool (Debian sid's) keeps None when given no kwargs
+    kwargs = {k: v for k, v in (pool.kwargs or {}).items() if k != "autocommit"}
+    return pool.conninfo, "psycopg", kwargs, pool.max_size
+
+
+def asyncpg_pool_settings(pool: Any) -> tuple[str, str, dict[str, Any], int]:
+    """The same for an asyncpg pool."""
+    args, kwargs = pool._connect_args, dict(pool._connect_kwargs)
+    return args[0] if args else "", "asyncpg", kwargs, pool._maxsize

@@ -13,8 +13,9 @@ a worker process.
 
 Before the task body runs, the costs are taken at once (tb_try, nothing
 waits); when the buckets say no, the task is retried with countdown =
-their retry_after (plus jitter), so the worker takes the next task
-meanwhile.  When granted, the body runs inside a Reservation (passed as
+their retry_after plus a random part (a tenth of it, doubling with each
+retry of the task up to max_jitter seconds, so that many tasks refused
+together spread out), and the worker takes the next task meanwhile.  When granted, the body runs inside a Reservation (passed as
 reservation= when the function takes that argument): an exception
 refunds, a normal end keeps what was reserved unless settled.
 """
@@ -22,16 +23,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-import random
 from typing import Any, Callable, Mapping, Union
 
-from ._core import costs_of
+from ._core import costs_of, spread
 from ._sync import Limiter, Reservation
 
 CostsFor = Union[Mapping[str, float], Callable[..., Mapping[str, float]]]
 
 
-def limited(limiter: Limiter, costs: CostsFor, *, jitter: float = 0.1,
+def limited(limiter: Limiter, costs: CostsFor, *, jitter: float = 0.1, max_jitter: float = 1.0,
             max_retries: int | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a task's function (under @app.task(bind=True) or not).
     costs: a mapping, or a function of the task's arguments returning one.
@@ -51,7 +51,8 @@ def limited(limiter: Limiter, costs: CostsFor, *, jitter: float = 0.1,
             decision = limiter.try_(c)
             if not decision.granted:
                 task = args[0] if bound else current_task
-                countdown = decision.retry_after * (1 + random.uniform(0, jitter))
+                countdown = spread(decision.retry_after, task.request.retries or 0,
+                                   jitter, max_jitter)
                 raise task.retry(countdown=countdown, max_retries=max_retries)
             with Reservation(limiter, costs_of(c), decision, limiter.headers) as r:
                 if wants:

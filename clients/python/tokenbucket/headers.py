@@ -19,7 +19,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 # role -> the headers that report what remains of it (lower case)
 ROLES: dict[str, list[str]] = {
@@ -116,7 +116,9 @@ def _number(text: str) -> float | None:
 
 def _split(field_value: str) -> list[str]:
     """Top-level members of a structured field (commas outside quotes)."""
-    out, cur, quoted = [], [], False
+    out: list[str] = []
+    cur: list[str] = []
+    quoted = False
     for ch in field_value:
         if ch == '"':
             quoted = not quoted
@@ -160,9 +162,9 @@ def _ietf(value: str, obs: Observation) -> None:
             obs.resets["ratelimit"] = least_reset
 
 
-def parse(status: int, headers: Mapping[str, Any] | Any) -> Observation:
+def parse(status: int, headers: Any) -> Observation:
     """Read a response's status and headers (any mapping, or a list of pairs)."""
-    items = headers.items() if hasattr(headers, "items") else headers
+    items: Iterable[tuple[Any, Any]] = headers.items() if hasattr(headers, "items") else headers
     h: dict[str, str] = {}
     for k, v in items:
         k = (k.decode() if isinstance(k, bytes) else str(k)).lower()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Union
 from urllib.parse import parse_qs
 
 from ._async import AsyncLimiter
@@ -27,26 +27,32 @@ from ._sync import Limiter
 
 KEY_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
+# a WSGI environ or an ASGI scope; a key function reads one
+Request = dict[str, Any]
+KeyOf = Callable[[Request], Union[str, None]]
+Headers = list[tuple[str, str]]
 
-def from_header(name: str) -> Callable[[dict], str | None]:
+
+def from_header(name: str) -> KeyOf:
     """A key function reading a request header (WSGI environ or ASGI scope)."""
     lower = name.lower()
     wsgi = "HTTP_" + name.upper().replace("-", "_")
 
-    def key(request: dict) -> str | None:
+    def key(request: Request) -> str | None:
         if "type" in request and "headers" in request:     # ASGI scope
             for k, v in request["headers"]:
                 if k.decode("latin-1").lower() == lower:
-                    return v.decode("latin-1")
+                    return str(v.decode("latin-1"))
             return None
-        return request.get(wsgi)
+        value = request.get(wsgi)
+        return None if value is None else str(value)
     return key
 
 
-def from_query(name: str) -> Callable[[dict], str | None]:
+def from_query(name: str) -> KeyOf:
     """A key function reading a query parameter."""
 
-    def key(request: dict) -> str | None:
+    def key(request: Request) -> str | None:
         if "type" in request:
             raw = request.get("query_string", b"").decode("latin-1")
         else:
@@ -56,7 +62,7 @@ def from_query(name: str) -> Callable[[dict], str | None]:
     return key
 
 
-def _headers(decision: Decision, policy: str) -> list[tuple[str, str]]:
+def _headers(decision: Decision, policy: str) -> Headers:
     left = max(0, math.floor(decision.remaining))
     out = [("RateLimit", f'"{policy}";r={left};t={math.ceil(decision.reset_after)}')]
     if not decision.granted:
@@ -65,12 +71,12 @@ def _headers(decision: Decision, policy: str) -> list[tuple[str, str]]:
 
 
 class _Rules:
-    def __init__(self, key: Callable[[dict], str | None], prefix: str, cost: float,
+    def __init__(self, key: KeyOf, prefix: str, cost: float,
                  key_pattern: re.Pattern[str], required: bool, policy: str) -> None:
         self.key, self.prefix, self.cost = key, prefix, cost
         self.pattern, self.required, self.policy = key_pattern, required, policy
 
-    def bucket(self, request: dict) -> tuple[str | None, int]:
+    def bucket(self, request: Request) -> tuple[str | None, int]:
         """(bucket name or None, status to refuse with or 0)."""
         value = self.key(request)
         if value is None:
@@ -84,13 +90,13 @@ class WSGIMiddleware:
     """For Flask and any WSGI application, with a Limiter."""
 
     def __init__(self, app: Callable[..., Iterable[bytes]], limiter: Limiter, *,
-                 key: Callable[[dict], str | None], prefix: str = "user:", cost: float = 1,
+                 key: KeyOf, prefix: str = "user:", cost: float = 1,
                  key_pattern: re.Pattern[str] = KEY_PATTERN, required: bool = False,
                  policy: str = "default") -> None:
         self.app, self.limiter = app, limiter
         self.rules = _Rules(key, prefix, cost, key_pattern, required, policy)
 
-    def __call__(self, environ: dict, start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def __call__(self, environ: Request, start_response: Callable[..., Any]) -> Iterable[bytes]:
         bucket, refuse = self.rules.bucket(environ)
         if refuse:
             start_response("400 Bad Request", [("Content-Type", "text/plain")])
@@ -103,7 +109,7 @@ class WSGIMiddleware:
             start_response("429 Too Many Requests", [("Content-Type", "text/plain")] + extra)
             return [b"Too Many Requests\n"]
 
-        def start(status: str, headers: list, exc_info: Any = None) -> Any:
+        def start(status: str, headers: Headers, exc_info: Any = None) -> Any:
             return start_response(status, list(headers) + extra, exc_info)
         return self.app(environ, start)
 
@@ -112,13 +118,13 @@ class ASGIMiddleware:
     """For Starlette, FastAPI and any ASGI application, with an AsyncLimiter."""
 
     def __init__(self, app: Any, limiter: AsyncLimiter, *,
-                 key: Callable[[dict], str | None], prefix: str = "user:", cost: float = 1,
+                 key: KeyOf, prefix: str = "user:", cost: float = 1,
                  key_pattern: re.Pattern[str] = KEY_PATTERN, required: bool = False,
                  policy: str = "default") -> None:
         self.app, self.limiter = app, limiter
         self.rules = _Rules(key, prefix, cost, key_pattern, required, policy)
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Request, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -135,14 +141,15 @@ class ASGIMiddleware:
             await _answer(send, 429, extra, b"Too Many Requests\n")
             return
 
-        async def send_with(message: dict) -> None:
+        async def send_with(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": list(message.get("headers", [])) + extra}
             await send(message)
         await self.app(scope, receive, send_with)
 
 
-async def _answer(send: Any, status: int, headers: list, body: bytes) -> None:
+async def _answer(send: Any, status: int, headers: list[tuple[bytes, bytes]],
+                  body: bytes) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"text/plain")] + headers})
     await send({"type": "http.response.body", "body": body})
