@@ -280,7 +280,10 @@ remember_table_name(text *name, uint64 generation)
 static bool
 take_one(Oid relid, Request *request, TimestampTz now)
 {
-	StoreResult result = memory_store.take(relid, request, now);
+	StoreResult result;
+
+	request->in_table = false;
+	result = memory_store.take(relid, request, now);
 
 	if (result != STORE_ABSENT)
 		return decided(request, result);
@@ -438,19 +441,22 @@ template_of(void *arg)
 }
 
 /*
- * Count "delta" for bucket "name" when the transaction ends (stats.c).
- * "template_len" is what the memory store said of it (a key made from a
- * memory template keeps its own counters in its entry), or -1: a table
- * bucket, whose template stats.c looks up when it needs to.
+ * Count "delta" for the bucket of "request" when the transaction ends
+ * (stats.c).  Its template_len is what the store that answered said of it
+ * (a key the memory store made from a memory template keeps its own
+ * counters in its entry; a table bucket's row names its template), or -1:
+ * stats.c looks the template up when it needs to.
  */
 static void
-count(Installation *inst, text *name, int template_len,
-	  const BucketCounters *delta, TimestampTz now)
+count(Installation *inst, const Request *request, const BucketCounters *delta,
+	  TimestampTz now)
 {
-	TemplateLookup lookup = {inst, installation_table(inst), name, 0};
+	TemplateLookup lookup = {inst, installation_table(inst), request->name, 0};
 
-	stats_count(lookup.relid, name, delta, template_len, template_of, &lookup,
-				template_len > 0 ? memory_store.count : NULL, now);
+	stats_count(lookup.relid, request->name, delta, request->template_len,
+				template_of, &lookup,
+				request->template_len > 0 && !request->in_table ?
+				memory_store.count : NULL, now);
 }
 
 /*
@@ -487,7 +493,7 @@ count_decision(Installation *inst, const Request *requests, int nrequests,
 			stats_count_template(installation_table(inst), requests[i].name,
 								 requests[i].template_len, &delta, now);
 		else
-			count(inst, requests[i].name, requests[i].template_len, &delta, now);
+			count(inst, &requests[i], &delta, now);
 	}
 }
 
@@ -557,7 +563,7 @@ router_count_wait_begin(Installation *inst, const Request *requests,
 		Request		probe = {.name = requests[i].name, .template_len = -1};
 
 		(void) memory_store.peek(installation_table(inst), &probe);
-		count(inst, requests[i].name, probe.template_len, &delta, now);
+		count(inst, &probe, &delta, now);
 	}
 }
 
@@ -583,7 +589,7 @@ router_count_wait(Installation *inst, const Request *requests,
 		delta.timeouts = granted ? 0 : 1;
 		delta.waited = waited_usecs >= 0 ? 1 : 0;
 		delta.wait_usecs = Max(waited_usecs, 0);
-		count(inst, requests[i].name, requests[i].template_len, &delta, now);
+		count(inst, &requests[i], &delta, now);
 	}
 }
 
@@ -672,7 +678,7 @@ router_update(Installation *inst, text *name, BucketChange change,
 		Request		probe = {.name = name, .template_len = -1};
 
 		(void) memory_store.peek(relid, &probe);
-		count(inst, name, probe.template_len, delta, now);
+		count(inst, &probe, delta, now);
 	}
 	return after;
 }

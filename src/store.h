@@ -41,6 +41,9 @@ typedef struct Request
 	int			template_len;	/* the length of its template's name (0:
 								 * none), when the store that answered
 								 * knows it; else -1 */
+	bool		in_table;		/* the table store answered: template_len
+								 * is its row's, and the key's counters
+								 * are the counters' own */
 	bool		counted;		/* take_all() counts its grant for the
 								 * key's own counters */
 } Request;

@@ -38,6 +38,8 @@
 #include "utils/timestamp.h"
 
 #define BUCKET_COLUMNS "capacity, refill_rate, deficit, updated_at, paused_until"
+/* and the length of its template's name, for the counters */
+#define TAKEN_COLUMNS BUCKET_COLUMNS ", pg_catalog.octet_length(template)"
 #define TAKE_ARGS "b.capacity, b.refill_rate, b.deficit, b.updated_at, b.paused_until, $2, $3"
 
 /* Template-made buckets removed per statement by purge. */
@@ -55,7 +57,7 @@ static KeptPlan take_plan = {
 	" WHERE b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
 	" AND CASE WHEN b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
 	" THEN %1$s.tb_take(" TAKE_ARGS ") END IS NOT NULL"
-	" RETURNING " BUCKET_COLUMNS,
+	" RETURNING " TAKEN_COLUMNS,
 	.nargs = 3, .argtypes = {TEXTOID, FLOAT8OID, TIMESTAMPTZOID}
 };
 
@@ -72,7 +74,7 @@ static KeptPlan take_reserve_plan = {
 	" WHERE b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
 	" AND CASE WHEN b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
 	" THEN %1$s.tb_take(" TAKE_RESERVE_ARGS ") END IS NOT NULL"
-	" RETURNING " BUCKET_COLUMNS,
+	" RETURNING " TAKEN_COLUMNS,
 	.nargs = 4, .argtypes = {TEXTOID, FLOAT8OID, TIMESTAMPTZOID, FLOAT8OID}
 };
 
@@ -151,6 +153,12 @@ table_take(Oid relid, Request *request, TimestampTz now)
 	if (plan_run(request->reserve > 0 ? &take_reserve_plan : &take_plan,
 				 relid, args, NULL) == 1)
 	{
+		bool		isnull;
+		Datum		template_len = SPI_getbinval(SPI_tuptable->vals[0],
+												 SPI_tuptable->tupdesc, 6, &isnull);
+
+		request->template_len = isnull ? 0 : DatumGetInt32(template_len);
+		request->in_table = true;
 		plan_read_bucket(&request->bucket);
 		return STORE_GRANTED;
 	}
