@@ -849,13 +849,47 @@ column(HeapTuple row, TupleDesc desc, const char *name)
 	return value;
 }
 
+/*
+ * The check of a row written into tb_buckets: tb_check_bucket() of its
+ * columns, which its CHECK constraint ran on every row version before 1.9.
+ * A grant's UPDATE does not fire it (its C code checks what it writes).
+ * A NULL in one of them is left to the column's NOT NULL constraint,
+ * which PostgreSQL checks after a BEFORE trigger.
+ */
+static Datum
+check_row(TriggerData *trigdata)
+{
+	static const char *const columns[] = {"name", "capacity", "refill_rate",
+	"deficit", "updated_at"};
+	HeapTuple	row = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
+		trigdata->tg_newtuple : trigdata->tg_trigtuple;
+	TupleDesc	desc = RelationGetDescr(trigdata->tg_relation);
+	Datum		values[lengthof(columns)];
+
+	for (int i = 0; i < (int) lengthof(columns); i++)
+	{
+		int			attnum = SPI_fnumber(desc, columns[i]);
+		bool		isnull = true;
+
+		if (attnum > 0)
+			values[i] = heap_getattr(row, attnum, desc, &isnull);
+		if (isnull)
+			return PointerGetDatum(row);
+	}
+	(void) DirectFunctionCall5(tb_check_bucket, values[0], values[1], values[2],
+							   values[3], values[4]);
+	return PointerGetDatum(row);
+}
+
 PG_FUNCTION_INFO_V1(tb_buckets_changed);
 
 /*
  * Trigger on tb_buckets, for rows of memory buckets, of templates and of
  * named table buckets (not of buckets made from table templates): hands
  * what an INSERT, UPDATE, DELETE or TRUNCATE did to the memory store, to
- * apply when the transaction commits.
+ * apply when the transaction commits; the settings an UPDATE writes it
+ * checks first (check_row()).  With the argument 'check', the trigger
+ * before every INSERT: check_row() alone.
  */
 Datum
 tb_buckets_changed(PG_FUNCTION_ARGS)
@@ -866,12 +900,21 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 	Oid			relid;
 	HeapTuple	old_row = NULL;
 	HeapTuple	new_row = NULL;
+	bool		own;
+	bool		check;
 
-	/* only ever the extension's own AFTER triggers on its own table */
-	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+	/* only ever the extension's own triggers on its own table */
+	own = CALLED_AS_TRIGGER(fcinfo) &&
+		RelationGetRelid(trigdata->tg_relation) == installation_table(&inst);
+	check = own && trigdata->tg_trigger->tgnargs == 1 &&
+		strcmp(trigdata->tg_trigger->tgargs[0], "check") == 0;
+	if (check && TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) &&
+		!TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
+		return check_row(trigdata);
+	/* the others: AFTER triggers, of rows or of a TRUNCATE */
+	if (!own || check || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
 		TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event) !=
-		TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event) ||
-		RelationGetRelid(trigdata->tg_relation) != installation_table(&inst))
+		TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("tb_buckets_changed() is only the trigger of tokenbucket's table tb_buckets"),
@@ -894,6 +937,9 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 		new_row = trigdata->tg_trigtuple;
 
 #define COLUMN(row, name) column((row), desc, (name))
+	/* the settings an UPDATE wrote, checked as a new row is */
+	if (old_row && new_row)
+		(void) check_row(trigdata);
 	if (old_row && new_row &&
 		DatumGetBool(COLUMN(old_row, "memory")) != DatumGetBool(COLUMN(new_row, "memory")))
 		ereport(ERROR,
@@ -902,6 +948,9 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 						TextDatumGetCString(COLUMN(old_row, "name"))),
 				 errdetail("Whether a bucket keeps its tokens in memory is chosen when it is made."),
 				 errhint("Drop the bucket with tb_drop() and make it again with tb_create().")));
+	/* a table bucket's row changed: nothing for shared memory */
+	if (old_row && new_row && !DatumGetBool(COLUMN(old_row, "memory")))
+		return PointerGetDatum(NULL);
 
 	if (old_row)
 	{
