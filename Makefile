@@ -11,12 +11,13 @@ DOCS = prometheus/tokenbucket.yaml
 
 # pg_regress: inputs in sql/, outputs in expected/
 REGRESS = api errors nulls ensure clock security settle all templates upgrade exact look memory stats \
-	untrusted leases leases_memory reserve
+	untrusted leases leases_memory deny reserve
 # isolation specs live in test/isolation/{specs,expected}
 ISOLATION = race_last_token wait_uncommitted rollback_returns all_or_nothing \
 	acquire_all_deadlock template_first_use concurrent_purge memory_race \
 	memory_committed lease_last_slot lease_memory_last_slot reserve_race \
-	template_copy xact_prepare give_back_buckets give_back_limits ensure_race
+	template_copy xact_prepare give_back_buckets give_back_limits ensure_race \
+	deny_committed
 ISOLATION_OPTS = --inputdir=test/isolation
 
 # warnings are errors; silence only what PostgreSQL's own headers trigger

@@ -29,6 +29,7 @@
 #include <math.h>
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "bucket_config.h"
 #include "commands/trigger.h"
 #include "common.h"
@@ -513,7 +514,19 @@ router_take(Installation *inst, Request *requests, int nrequests,
 		requests[i].counted = false;
 	/* the installation's version checked first, by a statement */
 	if (version_checked(relid))
+	{
 		result = memory_store.take_all(relid, requests, nrequests, now);
+		/*
+		 * a table bucket's row that denies says so without SPI (not in a
+		 * read-only transaction, where the UPDATE fails)
+		 */
+		if (result == STORE_ABSENT && nrequests == 1 && requests[0].cost > 0 &&
+			!XactReadOnly)
+		{
+			check_primary();
+			result = table_store.deny(relid, &requests[0], now);
+		}
+	}
 	if (result != STORE_ABSENT)
 	{
 		granted = result == STORE_GRANTED;

@@ -95,6 +95,14 @@ typedef struct StoreRoutine
 	StoreResult (*take) (Oid relid, Request *request, TimestampTz now);
 
 	/*
+	 * Optional: take()'s answer when it is a denial that can be decided
+	 * without changing or locking anything: STORE_DENIED (the state in
+	 * request->bucket) when take() would deny request->cost (above 0)
+	 * now; else STORE_ABSENT, having changed nothing.
+	 */
+	StoreResult (*deny) (Oid relid, Request *request, TimestampTz now);
+
+	/*
 	 * take() for every request, or for none: STORE_GRANTED only if every
 	 * bucket granted; STORE_ABSENT (nothing taken) if one is not here.
 	 * Each request->bucket holds its state afterwards.  A store that keeps

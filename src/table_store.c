@@ -17,6 +17,13 @@
  * report when to retry.  A bucket made from a template is one INSERT of
  * the state after its first take.
  *
+ * A denial that the row as committed decides needs none of that:
+ * table_deny() reads the row through its primary key, without SPI, a row
+ * lock or a write, and decides as the UPDATE would on the same row version
+ * (what gives tokens back takes effect at commit, so a row that denies
+ * cannot come to grant before the UPDATE would read it); a row that may
+ * grant goes to the UPDATE.
+ *
  * Rows of memory buckets and templates are configuration only: this store
  * never touches them (every statement says NOT memory).  Every name in
  * the statements is schema-qualified, operators included: they run as the
@@ -30,11 +37,20 @@
 
 #include <math.h>
 
+#include "access/detoast.h"
+#include "access/genam.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
 #include "bucket_config.h"
 #include "catalog/pg_type.h"
 #include "common.h"
 #include "store.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #define BUCKET_COLUMNS "capacity, refill_rate, deficit, updated_at, paused_until"
@@ -137,6 +153,18 @@ static KeptPlan purge_plan = {
 };
 
 /*
+ * The share of this backend's recent takes that were denied (a moving
+ * average over about DENIED_SHARE_SPAN takes).  deny() reads the row only
+ * while it is at least READ_FIRST_SHARE: a read decides a denial for a
+ * fraction of what the UPDATE costs, but adds itself to every grant, so it
+ * pays where a fair share of the calls deny (a read costs about a quarter
+ * of a denying UPDATE).  Either way the answer is the same.
+ */
+#define DENIED_SHARE_SPAN 8
+#define READ_FIRST_SHARE 0.25
+static double denied_share = 1;
+
+/*
  * take(): the acquire UPDATE (with a reserve, its own); a denial is told
  * from absence by tb_take().
  */
@@ -160,12 +188,122 @@ table_take(Oid relid, Request *request, TimestampTz now)
 		request->template_len = isnull ? 0 : DatumGetInt32(template_len);
 		request->in_table = true;
 		plan_read_bucket(&request->bucket);
+		denied_share -= denied_share / DENIED_SHARE_SPAN;
 		return STORE_GRANTED;
 	}
 	/* denied: tb_take() saw the row, so it exists; no second read */
 	if (take_watch_denied(&request->bucket))
+	{
+		denied_share += (1 - denied_share) / DENIED_SHARE_SPAN;
 		return STORE_DENIED;
+	}
 	return STORE_ABSENT;
+}
+
+/*
+ * The columns of tb_buckets a denial reads, by number: found by name for
+ * each installation (a column dropped and added again reads as NULL, and
+ * the row then decides nothing).
+ */
+enum
+{
+	COL_MEMORY, COL_CAPACITY, COL_REFILL_RATE, COL_DEFICIT, COL_UPDATED_AT,
+	COL_PAUSED_UNTIL, COL_TEMPLATE, ROW_COLUMNS
+};
+static const char *const row_column_names[ROW_COLUMNS] = {
+	"memory", "capacity", "refill_rate", "deficit", "updated_at",
+	"paused_until", "template"
+};
+static Oid	row_columns_relid = InvalidOid;
+static int	row_columns[ROW_COLUMNS];
+
+/*
+ * Read the row of table bucket request->name through the primary key of
+ * tb_buckets "rel", on the snapshot the acquire UPDATE would take (this
+ * transaction's changes so far included): false when there is none, or
+ * it is a memory bucket's.
+ */
+static bool
+read_row(Relation rel, Request *request)
+{
+	Relation	index = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
+	Snapshot	snapshot;
+	IndexScanDesc scan;
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	ScanKeyData key;
+	Datum		values[ROW_COLUMNS];
+	bool		isnull[ROW_COLUMNS];
+	bool		found;
+
+	if (row_columns_relid != RelationGetRelid(rel))
+	{
+		for (int i = 0; i < ROW_COLUMNS; i++)
+			row_columns[i] = SPI_fnumber(RelationGetDescr(rel), row_column_names[i]);
+		row_columns_relid = RelationGetRelid(rel);
+	}
+	CommandCounterIncrement();
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[0], F_TEXTEQ,
+						   PointerGetDatum(request->name));
+	scan = index_beginscan(rel, index, snapshot, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	for (int i = 0; found && i < ROW_COLUMNS; i++)
+	{
+		isnull[i] = true;
+		values[i] = row_columns[i] > 0 ?
+			slot_getattr(slot, row_columns[i], &isnull[i]) : (Datum) 0;
+		found = i == COL_TEMPLATE || !isnull[i];
+	}
+	found = found && !DatumGetBool(values[COL_MEMORY]);
+	if (found)
+	{
+		request->bucket.capacity = DatumGetFloat8(values[COL_CAPACITY]);
+		request->bucket.refill_rate = DatumGetFloat8(values[COL_REFILL_RATE]);
+		request->bucket.deficit = DatumGetFloat8(values[COL_DEFICIT]);
+		request->bucket.updated_at = DatumGetTimestampTz(values[COL_UPDATED_AT]);
+		request->bucket.paused_until = DatumGetTimestampTz(values[COL_PAUSED_UNTIL]);
+		request->template_len = isnull[COL_TEMPLATE] ? 0 :
+			toast_raw_datum_size(values[COL_TEMPLATE]) - VARHDRSZ;
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snapshot);
+	index_close(index, NoLock);
+	return found;
+}
+
+/*
+ * deny(): STORE_DENIED when the row of table bucket request->name, as the
+ * acquire UPDATE would read it now, does not grant the request (its state
+ * in request->bucket); else STORE_ABSENT, for take() to decide.  The
+ * UPDATE's scan would find that row version too, see tb_take() refuse it,
+ * and leave it unlocked; a concurrent refund, alter or resume that could
+ * make it grant is not committed yet, and a concurrent grant only takes.
+ */
+static StoreResult
+table_deny(Oid relid, Request *request, TimestampTz now)
+{
+	Relation	rel;
+	Request		read = *request;
+	bool		denied;
+
+	if (denied_share < READ_FIRST_SHARE)
+		return STORE_ABSENT;	/* grants lately: the UPDATE at once */
+	rel = try_table_open(relid, AccessShareLock);
+	if (rel == NULL)
+		return STORE_ABSENT;	/* dropped: take() says so */
+	denied = OidIsValid(RelationGetPrimaryKeyIndex(rel)) &&
+		read_row(rel, &read) &&
+		!bucket_holds(&read.bucket, read.cost, read.reserve, now);
+	table_close(rel, NoLock);
+	if (!denied)
+		return STORE_ABSENT;
+	*request = read;
+	request->in_table = true;
+	denied_share += (1 - denied_share) / DENIED_SHARE_SPAN;
+	return STORE_DENIED;
 }
 
 /* peek(): the row's state, unlocked. */
@@ -357,6 +495,7 @@ const StoreRoutine table_store = {
 	.kind = "table",
 	.init = NULL,
 	.take = table_take,
+	.deny = table_deny,
 	.take_all = NULL,			/* the router takes one by one */
 	.peek = table_peek,
 	.absent = table_absent,
