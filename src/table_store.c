@@ -201,9 +201,8 @@ table_take(Oid relid, Request *request, TimestampTz now)
 }
 
 /*
- * The columns of tb_buckets a denial reads, by number: found by name for
- * each installation (a column dropped and added again reads as NULL, and
- * the row then decides nothing).
+ * The columns of tb_buckets a denial reads, by number: kept, and found by
+ * name again whenever the number kept is not the column's.
  */
 enum
 {
@@ -214,8 +213,21 @@ static const char *const row_column_names[ROW_COLUMNS] = {
 	"memory", "capacity", "refill_rate", "deficit", "updated_at",
 	"paused_until", "template"
 };
-static Oid	row_columns_relid = InvalidOid;
 static int	row_columns[ROW_COLUMNS];
+
+/* The number of column "column" in "desc" (0 or less: none). */
+static int
+row_column(TupleDesc desc, int column)
+{
+	int			attnum = row_columns[column];
+
+	if (attnum <= 0 || attnum > desc->natts ||
+		TupleDescAttr(desc, attnum - 1)->attisdropped ||
+		strcmp(NameStr(TupleDescAttr(desc, attnum - 1)->attname),
+			   row_column_names[column]) != 0)
+		attnum = row_columns[column] = SPI_fnumber(desc, row_column_names[column]);
+	return attnum;
+}
 
 /*
  * Read the row of table bucket request->name through the primary key of
@@ -235,12 +247,6 @@ read_row(Relation rel, Request *request)
 	bool		isnull[ROW_COLUMNS];
 	bool		found;
 
-	if (row_columns_relid != RelationGetRelid(rel))
-	{
-		for (int i = 0; i < ROW_COLUMNS; i++)
-			row_columns[i] = SPI_fnumber(RelationGetDescr(rel), row_column_names[i]);
-		row_columns_relid = RelationGetRelid(rel);
-	}
 	CommandCounterIncrement();
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
@@ -251,9 +257,10 @@ read_row(Relation rel, Request *request)
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	for (int i = 0; found && i < ROW_COLUMNS; i++)
 	{
+		int			attnum = row_column(RelationGetDescr(rel), i);
+
 		isnull[i] = true;
-		values[i] = row_columns[i] > 0 ?
-			slot_getattr(slot, row_columns[i], &isnull[i]) : (Datum) 0;
+		values[i] = attnum > 0 ? slot_getattr(slot, attnum, &isnull[i]) : (Datum) 0;
 		found = i == COL_TEMPLATE || !isnull[i];
 	}
 	found = found && !DatumGetBool(values[COL_MEMORY]);
