@@ -111,7 +111,9 @@ bench:
 bench-compare:
 	bash bench/compare.sh $(BASE) $(OTHER)
 
-# Instructions per call (callgrind) of SELECT 1 and four kinds of grant,
-# on two revisions (bench/instructions.sh); repeatable on a busy machine.
+# Instructions per call (callgrind) of SELECT 1, four kinds of grant, and
+# the table bucket's grant and denial beside a plain UPDATE and SELECT 1,
+# on two revisions, each in a data directory of its own
+# (bench/instructions.sh); repeatable on a busy machine.
 bench-instructions:
 	bash bench/instructions.sh $(BASE) $(OTHER)
