@@ -229,6 +229,17 @@ row_column(TupleDesc desc, int column)
 	return attnum;
 }
 
+/* The primary key of tb_buckets "rel" (InvalidOid: none). */
+static Oid
+primary_key(Relation rel)
+{
+#if PG_VERSION_NUM >= 180000
+	return RelationGetPrimaryKeyIndex(rel, false);
+#else
+	return RelationGetPrimaryKeyIndex(rel);
+#endif
+}
+
 /*
  * Read the row of table bucket request->name through the primary key of
  * tb_buckets "rel", on the snapshot the acquire UPDATE would take (this
@@ -238,7 +249,7 @@ row_column(TupleDesc desc, int column)
 static bool
 read_row(Relation rel, Request *request)
 {
-	Relation	index = index_open(RelationGetPrimaryKeyIndex(rel), AccessShareLock);
+	Relation	index = index_open(primary_key(rel), AccessShareLock);
 	Snapshot	snapshot;
 	IndexScanDesc scan;
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
@@ -252,7 +263,11 @@ read_row(Relation rel, Request *request)
 	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   index->rd_indcollation[0], F_TEXTEQ,
 						   PointerGetDatum(request->name));
+#if PG_VERSION_NUM >= 180000
+	scan = index_beginscan(rel, index, snapshot, NULL, 1, 0);
+#else
 	scan = index_beginscan(rel, index, snapshot, 1, 0);
+#endif
 	index_rescan(scan, &key, 1, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	for (int i = 0; found && i < ROW_COLUMNS; i++)
@@ -301,7 +316,7 @@ table_deny(Oid relid, Request *request, TimestampTz now)
 	rel = try_table_open(relid, AccessShareLock);
 	if (rel == NULL)
 		return STORE_ABSENT;	/* dropped: take() says so */
-	denied = OidIsValid(RelationGetPrimaryKeyIndex(rel)) &&
+	denied = OidIsValid(primary_key(rel)) &&
 		read_row(rel, &read) &&
 		!bucket_holds(&read.bucket, read.cost, read.reserve, now);
 	table_close(rel, NoLock);
