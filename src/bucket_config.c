@@ -219,6 +219,18 @@ template_copy_current(Oid relid, uint64 generation)
 }
 
 /*
+ * Whether this backend keeps the copy of the templates of "relid" at
+ * "generation": then bucket_config_memory_template() answers from it
+ * without a statement, outside an SPI session too.
+ */
+bool
+bucket_config_templates_kept(Oid relid, uint64 generation)
+{
+	return generation != 0 && template_copy.generation == generation &&
+		template_copy.relid == relid;
+}
+
+/*
  * If the copy of the templates kept at configuration "generation" says
  * that a memory template makes "name" (when it has no row of its own),
  * put that template's configuration in *config and return true; false

@@ -38,6 +38,7 @@ typedef struct BucketConfig
 extern ConfigSource bucket_config_find(Oid relid, text *name, TimestampTz now,
 									   bool latest, uint64 generation,
 									   BucketConfig *config);
+extern bool bucket_config_templates_kept(Oid relid, uint64 generation);
 extern bool bucket_config_memory_template(Oid relid, text *name, TimestampTz now,
 										  uint64 generation, BucketConfig *config);
 extern bool bucket_config_insert(Oid relid, text *name, double capacity,

@@ -508,6 +508,7 @@ router_take(Installation *inst, Request *requests, int nrequests,
 {
 	Oid			relid = installation_table(inst);
 	StoreResult result = STORE_ABSENT;
+	uint64		generation;
 	bool		granted;
 
 	for (int i = 0; i < nrequests; i++)
@@ -518,10 +519,15 @@ router_take(Installation *inst, Request *requests, int nrequests,
 		result = memory_store.take_all(relid, requests, nrequests, now);
 		/*
 		 * a table bucket's row that denies says so without SPI (not in a
-		 * read-only transaction, where the UPDATE fails)
+		 * read-only transaction, where the UPDATE fails; not for what the
+		 * copy of the templates, as kept, says is a memory template's new
+		 * key, which has no row to read)
 		 */
+		generation = memory_store.generation();
 		if (result == STORE_ABSENT && nrequests == 1 && requests[0].cost > 0 &&
-			!XactReadOnly)
+			!XactReadOnly &&
+			!(bucket_config_templates_kept(relid, generation) &&
+			  skips_table(relid, requests[0].name, now, generation)))
 		{
 			check_primary();
 			result = table_store.deny(relid, &requests[0], now);
