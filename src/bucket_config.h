@@ -12,6 +12,7 @@
 #define TOKENBUCKET_BUCKET_CONFIG_H
 
 #include "bucket.h"
+#include "commands/trigger.h"
 #include "spi_session.h"
 
 extern void plan_read_bucket(Bucket *bucket);
@@ -46,5 +47,9 @@ extern bool bucket_config_insert(Oid relid, text *name, double capacity,
 extern bool bucket_config_set_memory(Oid relid, text *name, double capacity,
 									 double refill_rate, TimestampTz now);
 extern bool bucket_config_delete_memory(Oid relid, text *name);
+extern HeapTuple bucket_config_check_row(TriggerData *trigdata);
+
+/* tb_check_bucket() (tokenbucket.c): the check of a row's columns */
+extern Datum tb_check_bucket(PG_FUNCTION_ARGS);
 
 #endif							/* TOKENBUCKET_BUCKET_CONFIG_H */

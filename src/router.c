@@ -868,38 +868,6 @@ column(HeapTuple row, TupleDesc desc, const char *name)
 	return value;
 }
 
-/*
- * The check of a row written into tb_buckets: tb_check_bucket() of its
- * columns, which its CHECK constraint ran on every row version before 1.9.
- * A grant's UPDATE does not fire it (its C code checks what it writes).
- * A NULL in one of them is left to the column's NOT NULL constraint,
- * which PostgreSQL checks after a BEFORE trigger.
- */
-static Datum
-check_row(TriggerData *trigdata)
-{
-	static const char *const columns[] = {"name", "capacity", "refill_rate",
-	"deficit", "updated_at"};
-	HeapTuple	row = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
-		trigdata->tg_newtuple : trigdata->tg_trigtuple;
-	TupleDesc	desc = RelationGetDescr(trigdata->tg_relation);
-	Datum		values[lengthof(columns)];
-
-	for (int i = 0; i < (int) lengthof(columns); i++)
-	{
-		int			attnum = SPI_fnumber(desc, columns[i]);
-		bool		isnull = true;
-
-		if (attnum > 0)
-			values[i] = heap_getattr(row, attnum, desc, &isnull);
-		if (isnull)
-			return PointerGetDatum(row);
-	}
-	(void) DirectFunctionCall5(tb_check_bucket, values[0], values[1], values[2],
-							   values[3], values[4]);
-	return PointerGetDatum(row);
-}
-
 PG_FUNCTION_INFO_V1(tb_buckets_changed);
 
 /*
@@ -907,8 +875,8 @@ PG_FUNCTION_INFO_V1(tb_buckets_changed);
  * named table buckets (not of buckets made from table templates): hands
  * what an INSERT, UPDATE, DELETE or TRUNCATE did to the memory store, to
  * apply when the transaction commits; the settings an UPDATE writes it
- * checks first (check_row()).  With the argument 'check', the trigger
- * before every INSERT: check_row() alone.
+ * checks first (bucket_config_check_row()).  With the argument 'check',
+ * the trigger before every INSERT: that check alone.
  */
 Datum
 tb_buckets_changed(PG_FUNCTION_ARGS)
@@ -929,7 +897,7 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 		strcmp(trigdata->tg_trigger->tgargs[0], "check") == 0;
 	if (check && TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) &&
 		!TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
-		return check_row(trigdata);
+		return PointerGetDatum(bucket_config_check_row(trigdata));
 	/* the others: AFTER triggers, of rows or of a TRUNCATE */
 	if (!own || check || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
 		TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event) !=
@@ -958,7 +926,7 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 #define COLUMN(row, name) column((row), desc, (name))
 	/* the settings an UPDATE wrote, checked as a new row is */
 	if (old_row && new_row)
-		(void) check_row(trigdata);
+		(void) bucket_config_check_row(trigdata);
 	if (old_row && new_row &&
 		DatumGetBool(COLUMN(old_row, "memory")) != DatumGetBool(COLUMN(new_row, "memory")))
 		ereport(ERROR,

@@ -19,9 +19,6 @@
 #include "stats.h"
 #include "store.h"
 
-/* the check of a row of tb_buckets (tokenbucket.c), for its trigger */
-extern Datum tb_check_bucket(PG_FUNCTION_ARGS);
-
 extern void router_init(void);
 extern void router_forget_installation(Oid dbid, Oid relid);
 
