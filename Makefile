@@ -11,12 +11,13 @@ DOCS = prometheus/tokenbucket.yaml
 
 # pg_regress: inputs in sql/, outputs in expected/
 REGRESS = api errors nulls ensure clock security settle all templates upgrade exact look memory stats \
-	untrusted leases leases_memory lease_kinds lease_kinds_swapped reserve money
+	untrusted leases leases_memory lease_kinds lease_kinds_swapped deny reserve money
 # isolation specs live in test/isolation/{specs,expected}
 ISOLATION = race_last_token wait_uncommitted rollback_returns all_or_nothing \
 	acquire_all_deadlock template_first_use concurrent_purge memory_race \
 	memory_committed lease_last_slot lease_memory_last_slot reserve_race \
-	template_copy xact_prepare give_back_buckets give_back_limits ensure_race lease_kinds_held
+	template_copy xact_prepare give_back_buckets give_back_limits ensure_race \
+	lease_kinds_held deny_committed
 ISOLATION_OPTS = --inputdir=test/isolation
 
 # warnings are errors; silence only what PostgreSQL's own headers trigger
@@ -120,7 +121,9 @@ bench:
 bench-compare:
 	bash bench/compare.sh $(BASE) $(OTHER)
 
-# Instructions per call (callgrind) of SELECT 1 and four kinds of grant,
-# on two revisions (bench/instructions.sh); repeatable on a busy machine.
+# Instructions per call (callgrind) of SELECT 1, four kinds of grant, and
+# the table bucket's grant and denial beside a plain UPDATE and SELECT 1,
+# on two revisions, each in a data directory of its own
+# (bench/instructions.sh); repeatable on a busy machine.
 bench-instructions:
 	bash bench/instructions.sh $(BASE) $(OTHER)

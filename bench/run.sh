@@ -27,13 +27,17 @@
 # UPDATEs and SELECT 1; bench/leases.csv), and the Python client's own
 # cost per call (bench/python.py: try_ beside the statement it sends,
 # through the bare driver on the same connection, for each driver, taking
-# turns call by call; bench/python.csv).  Then the cost of the counters of tb_stats:
+# turns call by call; bench/python.csv), and the table bucket at its
+# ceilings (bench/table.sh: a grant against a plain UPDATE, a denial
+# against SELECT 1, in turns, with each one's instructions;
+# bench/table.csv).  Then the cost of the counters of tb_stats:
 # the same calls with tokenbucket.track_stats on and off in turn
 # (bench/counters.csv).
 #
 # Writes bench/results.csv and bench/results.png and prints a table.
 # BENCH_SECONDS sets each run's length (default 10); BENCH_ONLY=proxy,
-# gateway, leases, keys, python or counters runs that comparison alone.
+# gateway, leases, keys, python, table or counters runs that comparison
+# alone.
 # Not a test: nothing here fails on a speed.
 
 source "$(dirname "$0")/../scripts/common.sh"
@@ -44,7 +48,7 @@ CLIENTS=(1 8 32)
 OUT=$TOP/bench/results.csv
 
 tb_install_packages redis-server gnuplot-nox "postgresql-$PGVERSION-plproxy" libhiredis-dev \
-	python3-psycopg python3-psycopg2 python3-asyncpg
+	python3-psycopg python3-psycopg2 python3-asyncpg valgrind
 tb_build_install
 
 # tokenbucket_proxy first, on servers of its own
@@ -109,6 +113,11 @@ SQL
 	/usr/bin/python3 "$TOP/bench/python.py" --seconds "$BENCH_SECONDS" --csv "$TOP/bench/python.csv" \
 		"host=$PGHOST port=$PGPORT user=$PGUSER dbname=python"
 	[ "${BENCH_ONLY:-}" = python ] && exit 0
+fi
+if [ "${BENCH_ONLY:-table}" = table ]; then
+	say "table: a grant against a plain UPDATE, a denial against SELECT 1, in turns ($BENCH_SECONDS s per statement)"
+	source "$TOP/bench/table.sh"
+	[ "${BENCH_ONLY:-}" = table ] && exit 0
 fi
 
 say "loading 10,000 and 1,000,000 buckets"

@@ -3,7 +3,7 @@
  * bucket_config.c
  *	  A bucket's configuration, in tb_buckets through SPI: its row, or the
  *	  template that makes it; the rows that tb_create, tb_alter and
- *	  tb_drop write for memory buckets.
+ *	  tb_drop write for memory buckets; the check of a row written.
  *
  * Every bucket and template has its configuration in a row of tb_buckets
  * (name, capacity, refill_rate, memory), except the buckets made from a
@@ -23,6 +23,7 @@
 #include "access/xact.h"
 #include "bucket_config.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "common.h"
 #include "shmem.h"
 #include "utils/memutils.h"
@@ -222,6 +223,18 @@ template_copy_current(Oid relid, uint64 generation)
 }
 
 /*
+ * Whether this backend keeps the copy of the templates of "relid" at
+ * "generation": then bucket_config_memory_template() answers from it
+ * without a statement, outside an SPI session too.
+ */
+bool
+bucket_config_templates_kept(Oid relid, uint64 generation)
+{
+	return generation != 0 && template_copy.generation == generation &&
+		template_copy.relid == relid;
+}
+
+/*
  * If the copy of the templates kept at configuration "generation" says
  * that a memory template makes "name" (when it has no row of its own),
  * put that template's configuration in *config and return true; false
@@ -356,4 +369,37 @@ bucket_config_delete_memory(Oid relid, text *name)
 	Datum		args[1] = {PointerGetDatum(name)};
 
 	return plan_run(&memory_delete_plan, relid, args, NULL) > 0;
+}
+
+/*
+ * The check of a row written into tb_buckets, for its triggers (the row,
+ * for a BEFORE trigger to return): tb_check_bucket() of its columns,
+ * which its CHECK constraint ran on every row version before 1.9.
+ * A grant's UPDATE does not fire it (its C code checks what it writes).
+ * A NULL in one of them is left to the column's NOT NULL constraint,
+ * which PostgreSQL checks after a BEFORE trigger.
+ */
+HeapTuple
+bucket_config_check_row(TriggerData *trigdata)
+{
+	static const char *const columns[] = {"name", "capacity", "refill_rate",
+	"deficit", "updated_at"};
+	HeapTuple	row = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
+		trigdata->tg_newtuple : trigdata->tg_trigtuple;
+	TupleDesc	desc = RelationGetDescr(trigdata->tg_relation);
+	Datum		values[lengthof(columns)];
+
+	for (int i = 0; i < (int) lengthof(columns); i++)
+	{
+		int			attnum = SPI_fnumber(desc, columns[i]);
+		bool		isnull = true;
+
+		if (attnum > 0)
+			values[i] = heap_getattr(row, attnum, desc, &isnull);
+		if (isnull)
+			return row;
+	}
+	(void) DirectFunctionCall5(tb_check_bucket, values[0], values[1], values[2],
+							   values[3], values[4]);
+	return row;
 }

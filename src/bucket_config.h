@@ -12,6 +12,7 @@
 #define TOKENBUCKET_BUCKET_CONFIG_H
 
 #include "bucket.h"
+#include "commands/trigger.h"
 #include "spi_session.h"
 
 extern void plan_read_bucket(Bucket *bucket);
@@ -38,6 +39,7 @@ typedef struct BucketConfig
 extern ConfigSource bucket_config_find(Oid relid, text *name, TimestampTz now,
 									   bool latest, uint64 generation,
 									   BucketConfig *config);
+extern bool bucket_config_templates_kept(Oid relid, uint64 generation);
 extern bool bucket_config_memory_template(Oid relid, text *name, TimestampTz now,
 										  uint64 generation, BucketConfig *config);
 extern bool bucket_config_insert(Oid relid, text *name, double capacity,
@@ -45,5 +47,9 @@ extern bool bucket_config_insert(Oid relid, text *name, double capacity,
 extern bool bucket_config_set_memory(Oid relid, text *name, double capacity,
 									 double refill_rate, TimestampTz now);
 extern bool bucket_config_delete_memory(Oid relid, text *name);
+extern HeapTuple bucket_config_check_row(TriggerData *trigdata);
+
+/* tb_check_bucket() (tokenbucket.c): the check of a row's columns */
+extern Datum tb_check_bucket(PG_FUNCTION_ARGS);
 
 #endif							/* TOKENBUCKET_BUCKET_CONFIG_H */

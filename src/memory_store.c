@@ -638,6 +638,7 @@ const StoreRoutine memory_store = {
 	.kind = "memory",
 	.init = memory_init,
 	.take = memory_take,
+	.deny = NULL,				/* take() is as cheap */
 	.take_all = memory_take_all,
 	.peek = memory_peek,
 	.absent = memory_absent,

@@ -29,6 +29,7 @@
 #include <math.h>
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "bucket_config.h"
 #include "commands/trigger.h"
 #include "common.h"
@@ -280,7 +281,10 @@ remember_table_name(text *name, uint64 generation)
 static bool
 take_one(Oid relid, Request *request, TimestampTz now)
 {
-	StoreResult result = memory_store.take(relid, request, now);
+	StoreResult result;
+
+	request->in_table = false;
+	result = memory_store.take(relid, request, now);
 
 	if (result != STORE_ABSENT)
 		return decided(request, result);
@@ -438,19 +442,22 @@ template_of(void *arg)
 }
 
 /*
- * Count "delta" for bucket "name" when the transaction ends (stats.c).
- * "template_len" is what the memory store said of it (a key made from a
- * memory template keeps its own counters in its entry), or -1: a table
- * bucket, whose template stats.c looks up when it needs to.
+ * Count "delta" for the bucket of "request" when the transaction ends
+ * (stats.c).  Its template_len is what the store that answered said of it
+ * (a key the memory store made from a memory template keeps its own
+ * counters in its entry; a table bucket's row names its template), or -1:
+ * stats.c looks the template up when it needs to.
  */
 static void
-count(Installation *inst, text *name, int template_len,
-	  const BucketCounters *delta, TimestampTz now)
+count(Installation *inst, const Request *request, const BucketCounters *delta,
+	  TimestampTz now)
 {
-	TemplateLookup lookup = {inst, installation_table(inst), name, 0};
+	TemplateLookup lookup = {inst, installation_table(inst), request->name, 0};
 
-	stats_count(lookup.relid, name, delta, template_len, template_of, &lookup,
-				template_len > 0 ? memory_store.count : NULL, now);
+	stats_count(lookup.relid, request->name, delta, request->template_len,
+				template_of, &lookup,
+				request->template_len > 0 && !request->in_table ?
+				memory_store.count : NULL, now);
 }
 
 /*
@@ -487,7 +494,7 @@ count_decision(Installation *inst, const Request *requests, int nrequests,
 			stats_count_template(installation_table(inst), requests[i].name,
 								 requests[i].template_len, &delta, now);
 		else
-			count(inst, requests[i].name, requests[i].template_len, &delta, now);
+			count(inst, &requests[i], &delta, now);
 	}
 }
 
@@ -501,13 +508,31 @@ router_take(Installation *inst, Request *requests, int nrequests,
 {
 	Oid			relid = installation_table(inst);
 	StoreResult result = STORE_ABSENT;
+	uint64		generation;
 	bool		granted;
 
 	for (int i = 0; i < nrequests; i++)
 		requests[i].counted = false;
 	/* the installation's version checked first, by a statement */
 	if (version_checked(relid))
+	{
 		result = memory_store.take_all(relid, requests, nrequests, now);
+		/*
+		 * a table bucket's row that denies says so without SPI (not in a
+		 * read-only transaction, where the UPDATE fails; not for what the
+		 * copy of the templates, as kept, says is a memory template's new
+		 * key, which has no row to read)
+		 */
+		generation = memory_store.generation();
+		if (result == STORE_ABSENT && nrequests == 1 && requests[0].cost > 0 &&
+			!XactReadOnly &&
+			!(bucket_config_templates_kept(relid, generation) &&
+			  skips_table(relid, requests[0].name, now, generation)))
+		{
+			check_primary();
+			result = table_store.deny(relid, &requests[0], now);
+		}
+	}
 	if (result != STORE_ABSENT)
 	{
 		granted = result == STORE_GRANTED;
@@ -557,7 +582,7 @@ router_count_wait_begin(Installation *inst, const Request *requests,
 		Request		probe = {.name = requests[i].name, .template_len = -1};
 
 		(void) memory_store.peek(installation_table(inst), &probe);
-		count(inst, requests[i].name, probe.template_len, &delta, now);
+		count(inst, &probe, &delta, now);
 	}
 }
 
@@ -583,7 +608,7 @@ router_count_wait(Installation *inst, const Request *requests,
 		delta.timeouts = granted ? 0 : 1;
 		delta.waited = waited_usecs >= 0 ? 1 : 0;
 		delta.wait_usecs = Max(waited_usecs, 0);
-		count(inst, requests[i].name, requests[i].template_len, &delta, now);
+		count(inst, &requests[i], &delta, now);
 	}
 }
 
@@ -672,7 +697,7 @@ router_update(Installation *inst, text *name, BucketChange change,
 		Request		probe = {.name = name, .template_len = -1};
 
 		(void) memory_store.peek(relid, &probe);
-		count(inst, name, probe.template_len, delta, now);
+		count(inst, &probe, delta, now);
 	}
 	return after;
 }
@@ -849,7 +874,9 @@ PG_FUNCTION_INFO_V1(tb_buckets_changed);
  * Trigger on tb_buckets, for rows of memory buckets, of templates and of
  * named table buckets (not of buckets made from table templates): hands
  * what an INSERT, UPDATE, DELETE or TRUNCATE did to the memory store, to
- * apply when the transaction commits.
+ * apply when the transaction commits; the settings an UPDATE writes it
+ * checks first (bucket_config_check_row()).  With the argument 'check',
+ * the trigger before every INSERT: that check alone.
  */
 Datum
 tb_buckets_changed(PG_FUNCTION_ARGS)
@@ -860,12 +887,21 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 	Oid			relid;
 	HeapTuple	old_row = NULL;
 	HeapTuple	new_row = NULL;
+	bool		own;
+	bool		check;
 
-	/* only ever the extension's own AFTER triggers on its own table */
-	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+	/* only ever the extension's own triggers on its own table */
+	own = CALLED_AS_TRIGGER(fcinfo) &&
+		RelationGetRelid(trigdata->tg_relation) == installation_table(&inst);
+	check = own && trigdata->tg_trigger->tgnargs == 1 &&
+		strcmp(trigdata->tg_trigger->tgargs[0], "check") == 0;
+	if (check && TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) &&
+		!TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
+		return PointerGetDatum(bucket_config_check_row(trigdata));
+	/* the others: AFTER triggers, of rows or of a TRUNCATE */
+	if (!own || check || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
 		TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event) !=
-		TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event) ||
-		RelationGetRelid(trigdata->tg_relation) != installation_table(&inst))
+		TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("tb_buckets_changed() is only the trigger of tokenbucket's table tb_buckets"),
@@ -888,6 +924,9 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 		new_row = trigdata->tg_trigtuple;
 
 #define COLUMN(row, name) column((row), desc, (name))
+	/* the settings an UPDATE wrote, checked as a new row is */
+	if (old_row && new_row)
+		(void) bucket_config_check_row(trigdata);
 	if (old_row && new_row &&
 		DatumGetBool(COLUMN(old_row, "memory")) != DatumGetBool(COLUMN(new_row, "memory")))
 		ereport(ERROR,
@@ -896,6 +935,9 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 						TextDatumGetCString(COLUMN(old_row, "name"))),
 				 errdetail("Whether a bucket keeps its tokens in memory is chosen when it is made."),
 				 errhint("Drop the bucket with tb_drop() and make it again with tb_create().")));
+	/* a table bucket's row changed: nothing for shared memory */
+	if (old_row && new_row && !DatumGetBool(COLUMN(old_row, "memory")))
+		return PointerGetDatum(NULL);
 
 	if (old_row)
 	{

@@ -6,10 +6,11 @@
  *	  installation is of this library's version.
  *
  * The functions run as their caller; spi_begin() switches to the
- * extension's owner, with search_path = pg_catalog, pg_temp and
- * sequential scans off, around the table work only, so a call answered
- * from shared memory pays for none of it.  Every name in the statements
- * is schema-qualified, operators included.
+ * extension's owner around the table work only, so a call answered from
+ * shared memory pays for none of it.  Every name in the statements is
+ * schema-qualified, operators included, so no search_path can change what
+ * they mean; settings are changed only where the plan cache needs them
+ * (plans_search_path, run()).
  *
  * src/spi_session.c
  *
@@ -17,16 +18,32 @@
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
 #include "common.h"
 #include "miscadmin.h"
 #include "spi_session.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/plancache.h"
 #include "utils/snapmgr.h"
 
 /* The installation whose version this backend checked last. */
 static Oid	checked_relid = InvalidOid;
+
+/*
+ * The search_path the kept plans are prepared and run under: the first
+ * session's.  The plan cache plans a statement again whenever the path
+ * differs from the one it was planned under, although no path changes
+ * what these statements mean; so a session whose caller's path is this
+ * one (a connection keeps its path) sets nothing, and only one whose
+ * caller's path differs sets it to this one.  NULL before the first.
+ */
+static char *plans_search_path = NULL;
+
+/* Whether the session's plans may scan tb_buckets whole (spi_allow_seqscan). */
+static bool seqscan_allowed = false;
 
 /*
  * Fail clearly when the extension's SQL objects are of another version
@@ -73,9 +90,8 @@ version_checked(Oid relid)
 /*
  * Start the table work of a call on installation "inst" (looked up
  * afresh): on the primary (unless only looking), as the extension's
- * owner, with search_path = pg_catalog, pg_temp and sequential scans off
- * (kept plans stay index lookups), and connected to SPI.  What SECURITY
- * DEFINER and SET would do, but only around the table work.  An error
+ * owner, under the plans' search_path, and connected to SPI.  What
+ * SECURITY DEFINER would do, but only around the table work.  An error
  * undoes it all with the (sub)transaction.
  */
 SpiSession
@@ -91,11 +107,17 @@ spi_begin(Installation *inst, bool writes)
 	GetUserIdAndSecContext(&session.userid, &session.sec_context);
 	SetUserIdAndSecContext(installation_owner(inst),
 						   session.sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	session.nestlevel = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("enable_seqscan", "off", PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	session.nestlevel = 0;
+	if (plans_search_path == NULL)
+		plans_search_path = MemoryContextStrdup(TopMemoryContext,
+												namespace_search_path);
+	else if (strcmp(namespace_search_path, plans_search_path) != 0)
+	{
+		session.nestlevel = NewGUCNestLevel();
+		(void) set_config_option("search_path", plans_search_path, PGC_USERSET,
+								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	}
+	seqscan_allowed = false;
 	rc = SPI_connect();
 	if (rc != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(rc));
@@ -104,14 +126,13 @@ spi_begin(Installation *inst, bool writes)
 }
 
 /*
- * Let the rest of the session's table work scan tb_buckets whole (what
+ * Let what the rest of the session plans scan tb_buckets whole (what
  * tb_purge does), until spi_end().
  */
 void
 spi_allow_seqscan(void)
 {
-	(void) set_config_option("enable_seqscan", "on", PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	seqscan_allowed = true;
 }
 
 /* End what spi_begin() began, or fail loudly. */
@@ -122,8 +143,21 @@ spi_end(SpiSession *session)
 
 	if (rc != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed: %s", SPI_result_code_string(rc));
-	AtEOXact_GUC(true, session->nestlevel);
+	seqscan_allowed = false;
+	if (session->nestlevel > 0)
+		AtEOXact_GUC(true, session->nestlevel);
 	SetUserIdAndSecContext(session->userid, session->sec_context);
+}
+
+/*
+ * Whether a kept plan runs without being planned (again): its query and
+ * its generic plan are valid, as far as the invalidations taken in so far
+ * say.
+ */
+static bool
+plan_ready(CachedPlanSource *source)
+{
+	return source->is_valid && source->gplan != NULL && source->gplan->is_valid;
 }
 
 /*
@@ -137,6 +171,10 @@ run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls,
 	MemoryContext context = CurrentMemoryContext;
 	HeldBound	bound;
 	volatile int rc = 0;
+	CachedPlanSource *source;
+	bool		ready;
+	int			generation;
+	volatile int nestlevel = 0;
 
 	check_version(relid);
 	if (plan->plan == NULL || plan->relid != relid)
@@ -168,6 +206,24 @@ run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls,
 		plan->plan = prepared;
 		plan->relid = relid;
 	}
+
+	/*
+	 * A plan is made with sequential scans off (on where the session
+	 * allows them), so that it stays an index lookup as the table grows:
+	 * only an execution that plans needs the setting.  One planned again
+	 * under the caller's settings all the same (an invalidation taken in
+	 * on the way) is prepared anew on its next use.
+	 */
+	source = linitial(SPI_plan_get_plan_sources(plan->plan));
+	ready = plan_ready(source);
+	generation = source->generation;
+	if (!ready)
+	{
+		nestlevel = NewGUCNestLevel();
+		(void) set_config_option("enable_seqscan", seqscan_allowed ? "on" : "off",
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+								 true, 0, false);
+	}
 	/* waits for another transaction are bounded; one too long, reported */
 	held_bound_begin(&bound);
 	PG_TRY();
@@ -192,6 +248,13 @@ run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls,
 		held_note(plan->holds, relid, DatumGetTextPP(args[0]));
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	if (!ready)
+		AtEOXact_GUC(true, nestlevel);
+	else if (source->generation != generation)
+	{
+		SPI_freeplan(plan->plan);
+		plan->plan = NULL;
+	}
 	if (SPI_processed == 0 && SPI_tuptable != NULL)
 	{
 		SPI_freetuptable(SPI_tuptable);

@@ -41,6 +41,9 @@ typedef struct Request
 	int			template_len;	/* the length of its template's name (0:
 								 * none), when the store that answered
 								 * knows it; else -1 */
+	bool		in_table;		/* the table store answered: template_len
+								 * is its row's, and the key's counters
+								 * are the counters' own */
 	bool		counted;		/* take_all() counts its grant for the
 								 * key's own counters */
 } Request;
@@ -90,6 +93,14 @@ typedef struct StoreRoutine
 	 * denied (the router says why).
 	 */
 	StoreResult (*take) (Oid relid, Request *request, TimestampTz now);
+
+	/*
+	 * Optional: take()'s answer when it is a denial that can be decided
+	 * without changing or locking anything: STORE_DENIED (the state in
+	 * request->bucket) when take() would deny request->cost (above 0)
+	 * now; else STORE_ABSENT, having changed nothing.
+	 */
+	StoreResult (*deny) (Oid relid, Request *request, TimestampTz now);
 
 	/*
 	 * take() for every request, or for none: STORE_GRANTED only if every

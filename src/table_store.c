@@ -17,6 +17,13 @@
  * report when to retry.  A bucket made from a template is one INSERT of
  * the state after its first take.
  *
+ * A denial that the row as committed decides needs none of that:
+ * table_deny() reads the row through its primary key, without SPI, a row
+ * lock or a write, and decides as the UPDATE would on the same row version
+ * (what gives tokens back takes effect at commit, so a row that denies
+ * cannot come to grant before the UPDATE would read it); a row that may
+ * grant goes to the UPDATE.
+ *
  * Rows of memory buckets and templates are configuration only: this store
  * never touches them (every statement says NOT memory).  Every name in
  * the statements is schema-qualified, operators included: they run as the
@@ -30,14 +37,25 @@
 
 #include <math.h>
 
+#include "access/detoast.h"
+#include "access/genam.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
 #include "bucket_config.h"
 #include "catalog/pg_type.h"
 #include "common.h"
 #include "store.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #define BUCKET_COLUMNS "capacity, refill_rate, deficit, updated_at, paused_until"
+/* and the length of its template's name, for the counters */
+#define TAKEN_COLUMNS BUCKET_COLUMNS ", pg_catalog.octet_length(template)"
 #define TAKE_ARGS "b.capacity, b.refill_rate, b.deficit, b.updated_at, b.paused_until, $2, $3"
 
 /* Template-made buckets removed per statement by purge. */
@@ -55,7 +73,7 @@ static KeptPlan take_plan = {
 	" WHERE b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
 	" AND CASE WHEN b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
 	" THEN %1$s.tb_take(" TAKE_ARGS ") END IS NOT NULL"
-	" RETURNING " BUCKET_COLUMNS,
+	" RETURNING " TAKEN_COLUMNS,
 	.nargs = 3, .argtypes = {TEXTOID, FLOAT8OID, TIMESTAMPTZOID},
 	.holds = HELD_BUCKET
 };
@@ -73,7 +91,7 @@ static KeptPlan take_reserve_plan = {
 	" WHERE b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
 	" AND CASE WHEN b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
 	" THEN %1$s.tb_take(" TAKE_RESERVE_ARGS ") END IS NOT NULL"
-	" RETURNING " BUCKET_COLUMNS,
+	" RETURNING " TAKEN_COLUMNS,
 	.nargs = 4, .argtypes = {TEXTOID, FLOAT8OID, TIMESTAMPTZOID, FLOAT8OID},
 	.holds = HELD_BUCKET
 };
@@ -141,6 +159,18 @@ static KeptPlan purge_plan = {
 };
 
 /*
+ * The share of this backend's recent takes that were denied (a moving
+ * average over about DENIED_SHARE_SPAN takes).  deny() reads the row only
+ * while it is at least READ_FIRST_SHARE: a read decides a denial for a
+ * fraction of what the UPDATE costs, but adds itself to every grant, so it
+ * pays where a fair share of the calls deny (a read costs about a quarter
+ * of a denying UPDATE).  Either way the answer is the same.
+ */
+#define DENIED_SHARE_SPAN 8
+#define READ_FIRST_SHARE 0.25
+static double denied_share = 1;
+
+/*
  * take(): the acquire UPDATE (with a reserve, its own); a denial is told
  * from absence by tb_take().
  */
@@ -157,13 +187,151 @@ table_take(Oid relid, Request *request, TimestampTz now)
 	if (plan_run(request->reserve > 0 ? &take_reserve_plan : &take_plan,
 				 relid, args, NULL) == 1)
 	{
+		bool		isnull;
+		Datum		template_len = SPI_getbinval(SPI_tuptable->vals[0],
+												 SPI_tuptable->tupdesc, 6, &isnull);
+
+		request->template_len = isnull ? 0 : DatumGetInt32(template_len);
+		request->in_table = true;
 		plan_read_bucket(&request->bucket);
+		denied_share -= denied_share / DENIED_SHARE_SPAN;
 		return STORE_GRANTED;
 	}
 	/* denied: tb_take() saw the row, so it exists; no second read */
 	if (take_watch_denied(&request->bucket))
+	{
+		denied_share += (1 - denied_share) / DENIED_SHARE_SPAN;
 		return STORE_DENIED;
+	}
 	return STORE_ABSENT;
+}
+
+/*
+ * The columns of tb_buckets a denial reads, by number: kept, and found by
+ * name again whenever the number kept is not the column's.
+ */
+enum
+{
+	COL_MEMORY, COL_CAPACITY, COL_REFILL_RATE, COL_DEFICIT, COL_UPDATED_AT,
+	COL_PAUSED_UNTIL, COL_TEMPLATE, ROW_COLUMNS
+};
+static const char *const row_column_names[ROW_COLUMNS] = {
+	"memory", "capacity", "refill_rate", "deficit", "updated_at",
+	"paused_until", "template"
+};
+static int	row_columns[ROW_COLUMNS];
+
+/* The number of column "column" in "desc" (0 or less: none). */
+static int
+row_column(TupleDesc desc, int column)
+{
+	int			attnum = row_columns[column];
+
+	if (attnum <= 0 || attnum > desc->natts ||
+		TupleDescAttr(desc, attnum - 1)->attisdropped ||
+		strcmp(NameStr(TupleDescAttr(desc, attnum - 1)->attname),
+			   row_column_names[column]) != 0)
+		attnum = row_columns[column] = SPI_fnumber(desc, row_column_names[column]);
+	return attnum;
+}
+
+/* The primary key of tb_buckets "rel" (InvalidOid: none). */
+static Oid
+primary_key(Relation rel)
+{
+#if PG_VERSION_NUM >= 180000
+	return RelationGetPrimaryKeyIndex(rel, false);
+#else
+	return RelationGetPrimaryKeyIndex(rel);
+#endif
+}
+
+/*
+ * Read the row of table bucket request->name through the primary key of
+ * tb_buckets "rel", on the snapshot the acquire UPDATE would take (this
+ * transaction's changes so far included): false when there is none, or
+ * it is a memory bucket's.
+ */
+static bool
+read_row(Relation rel, Request *request)
+{
+	Relation	index = index_open(primary_key(rel), AccessShareLock);
+	Snapshot	snapshot;
+	IndexScanDesc scan;
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	ScanKeyData key;
+	Datum		values[ROW_COLUMNS];
+	bool		isnull[ROW_COLUMNS];
+	bool		found;
+
+	CommandCounterIncrement();
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[0], F_TEXTEQ,
+						   PointerGetDatum(request->name));
+#if PG_VERSION_NUM >= 180000
+	scan = index_beginscan(rel, index, snapshot, NULL, 1, 0);
+#else
+	scan = index_beginscan(rel, index, snapshot, 1, 0);
+#endif
+	index_rescan(scan, &key, 1, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	for (int i = 0; found && i < ROW_COLUMNS; i++)
+	{
+		int			attnum = row_column(RelationGetDescr(rel), i);
+
+		isnull[i] = true;
+		values[i] = attnum > 0 ? slot_getattr(slot, attnum, &isnull[i]) : (Datum) 0;
+		found = i == COL_TEMPLATE || !isnull[i];
+	}
+	found = found && !DatumGetBool(values[COL_MEMORY]);
+	if (found)
+	{
+		request->bucket.capacity = DatumGetFloat8(values[COL_CAPACITY]);
+		request->bucket.refill_rate = DatumGetFloat8(values[COL_REFILL_RATE]);
+		request->bucket.deficit = DatumGetFloat8(values[COL_DEFICIT]);
+		request->bucket.updated_at = DatumGetTimestampTz(values[COL_UPDATED_AT]);
+		request->bucket.paused_until = DatumGetTimestampTz(values[COL_PAUSED_UNTIL]);
+		request->template_len = isnull[COL_TEMPLATE] ? 0 :
+			toast_raw_datum_size(values[COL_TEMPLATE]) - VARHDRSZ;
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snapshot);
+	index_close(index, NoLock);
+	return found;
+}
+
+/*
+ * deny(): STORE_DENIED when the row of table bucket request->name, as the
+ * acquire UPDATE would read it now, does not grant the request (its state
+ * in request->bucket); else STORE_ABSENT, for take() to decide.  The
+ * UPDATE's scan would find that row version too, see tb_take() refuse it,
+ * and leave it unlocked; a concurrent refund, alter or resume that could
+ * make it grant is not committed yet, and a concurrent grant only takes.
+ */
+static StoreResult
+table_deny(Oid relid, Request *request, TimestampTz now)
+{
+	Relation	rel;
+	Request		read = *request;
+	bool		denied;
+
+	if (denied_share < READ_FIRST_SHARE)
+		return STORE_ABSENT;	/* grants lately: the UPDATE at once */
+	rel = try_table_open(relid, AccessShareLock);
+	if (rel == NULL)
+		return STORE_ABSENT;	/* dropped: take() says so */
+	denied = OidIsValid(primary_key(rel)) &&
+		read_row(rel, &read) &&
+		!bucket_holds(&read.bucket, read.cost, read.reserve, now);
+	table_close(rel, NoLock);
+	if (!denied)
+		return STORE_ABSENT;
+	*request = read;
+	request->in_table = true;
+	denied_share += (1 - denied_share) / DENIED_SHARE_SPAN;
+	return STORE_DENIED;
 }
 
 /* peek(): the row's state, unlocked. */
@@ -355,6 +523,7 @@ const StoreRoutine table_store = {
 	.kind = "table",
 	.init = NULL,
 	.take = table_take,
+	.deny = table_deny,
 	.take_all = NULL,			/* the router takes one by one */
 	.peek = table_peek,
 	.absent = table_absent,

@@ -320,6 +320,7 @@ requests_from_arrays(ArrayType *names, ArrayType *costs, double reserve,
 		requests[i].reserve = reserve;
 		requests[i].position = i;
 		requests[i].template_len = -1;
+		requests[i].in_table = false;
 		check_bucket_name(requests[i].name);
 		check_number("cost", requests[i].cost, false);
 	}
