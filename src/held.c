@@ -60,7 +60,7 @@
 #define HELD_NAMED 3
 
 /* One name a transaction holds the row of. */
-typedef struct HeldName
+typedef struct HeldRow
 {
 	HeldKind	kind;
 	Oid			relid;			/* the installation's tb_buckets */
@@ -68,7 +68,7 @@ typedef struct HeldName
 	TimestampTz since;
 	int			len;			/* of the whole name */
 	char		name[SHARED_NAME_MAX_BYTES];	/* its first bytes */
-} HeldName;
+} HeldRow;
 
 /* A backend's note of what its open transaction holds. */
 typedef struct HeldSlot
@@ -76,7 +76,7 @@ typedef struct HeldSlot
 	slock_t		mutex;
 	int			pid;
 	int			count;			/* names held; only HELD_NAMES kept */
-	HeldName	names[HELD_NAMES];
+	HeldRow	names[HELD_NAMES];
 } HeldSlot;
 
 /* the slots, one per backend status entry (NULL: not preloaded) */
@@ -142,7 +142,7 @@ my_slot(void)
 
 /* Whether "entry" is the name "name" of "kind" in installation "relid". */
 static bool
-held_matches(const HeldName *entry, HeldKind kind, Oid relid, text *name)
+held_matches(const HeldRow *entry, HeldKind kind, Oid relid, text *name)
 {
 	int			len = VARSIZE_ANY_EXHDR(name);
 
@@ -176,7 +176,7 @@ held_note(HeldKind kind, Oid relid, text *name)
 		}
 	if (kept < HELD_NAMES)
 	{
-		HeldName   *entry = &slot->names[kept];
+		HeldRow   *entry = &slot->names[kept];
 
 		entry->kind = kind;
 		entry->relid = relid;
@@ -229,7 +229,7 @@ held_subxact_end(bool commit)
 	kept = Min(slot->count, HELD_NAMES);
 	for (int i = 0; i < kept; i++)
 	{
-		HeldName   *entry = &slot->names[i];
+		HeldRow   *entry = &slot->names[i];
 
 		if (entry->level < level)
 			slot->names[left++] = *entry;
@@ -411,14 +411,14 @@ tb_held_rows(PG_FUNCTION_ARGS)
 	for (int i = 0; slots != NULL && i < MaxBackends; i++)
 	{
 		HeldSlot   *slot = &slots[i];
-		HeldName	names[HELD_NAMES];
+		HeldRow	names[HELD_NAMES];
 		int			kept;
 		int			pid;
 
 		SpinLockAcquire(&slot->mutex);
 		pid = slot->pid;
 		kept = Min(slot->count, HELD_NAMES);
-		memcpy(names, slot->names, kept * sizeof(HeldName));
+		memcpy(names, slot->names, kept * sizeof(HeldRow));
 		SpinLockRelease(&slot->mutex);
 		for (int j = 0; j < kept; j++)
 		{

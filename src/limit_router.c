@@ -560,6 +560,7 @@ check_leases_stay(Oid relid, bool renames)
 	TimestampTz now = GetCurrentTimestamp();
 	List	   *held[NUM_STORES];
 	Datum	   *names;
+	ArrayType  *name_array;
 	LimitMaker *before;
 	LimitMaker *after;
 	int			n = 0;
@@ -582,12 +583,11 @@ check_leases_stay(Oid relid, bool renames)
 	}
 	before = palloc0(sizeof(LimitMaker) * n);
 	after = palloc0(sizeof(LimitMaker) * n);
-	limit_config_makers(relid, construct_array(names, n, TEXTOID, -1, false, TYPALIGN_INT),
-						true, before);
+	name_array = construct_array(names, n, TEXTOID, -1, false, TYPALIGN_INT);
+	limit_config_makers(relid, name_array, true, before);
 	/* the statement's own rows, seen from here on */
 	CommandCounterIncrement();
-	limit_config_makers(relid, construct_array(names, n, TEXTOID, -1, false, TYPALIGN_INT),
-						false, after);
+	limit_config_makers(relid, name_array, false, after);
 
 	n = 0;
 	for (int i = 0; i < NUM_STORES; i++)

@@ -247,15 +247,15 @@ primary_key(Relation rel)
 }
 
 /*
- * Read the row of table bucket request->name through the primary key of
- * tb_buckets "rel", on the snapshot the acquire UPDATE would take (this
+ * Read the row of table bucket request->name through the primary key
+ * "pkey" of tb_buckets "rel", on the snapshot the acquire UPDATE would take (this
  * transaction's changes so far included): false when there is none, or
  * it is a memory bucket's.
  */
 static bool
-read_row(Relation rel, Request *request)
+read_row(Relation rel, Oid pkey, Request *request)
 {
-	Relation	index = index_open(primary_key(rel), AccessShareLock);
+	Relation	index = index_open(pkey, AccessShareLock);
 	Snapshot	snapshot;
 	IndexScanDesc scan;
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
@@ -315,6 +315,7 @@ table_deny(Oid relid, Request *request, TimestampTz now)
 {
 	Relation	rel;
 	Request		read = *request;
+	Oid			pkey;
 	bool		denied;
 
 	if (denied_share < READ_FIRST_SHARE)
@@ -322,8 +323,8 @@ table_deny(Oid relid, Request *request, TimestampTz now)
 	rel = try_table_open(relid, AccessShareLock);
 	if (rel == NULL)
 		return STORE_ABSENT;	/* dropped: take() says so */
-	denied = OidIsValid(primary_key(rel)) &&
-		read_row(rel, &read) &&
+	pkey = primary_key(rel);
+	denied = OidIsValid(pkey) && read_row(rel, pkey, &read) &&
 		!bucket_holds(&read.bucket, read.cost, read.reserve, now);
 	table_close(rel, NoLock);
 	if (!denied)
