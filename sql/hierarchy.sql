@@ -150,11 +150,17 @@ SELECT * FROM pg_temp.catch($$SELECT tb_set_parent('', 'org')$$);
 SELECT * FROM pg_temp.catch($$SELECT tb_set_parent('x', '')$$);
 SELECT * FROM pg_temp.catch($$SELECT tb_set_parent('x', 'team:{1}')$$);
 SELECT * FROM pg_temp.catch($$SELECT tb_set_parent('x:*', 'team:{0}')$$);
-SELECT * FROM pg_temp.catch($$SELECT tb_set_parent('x:*', 'team:{a}')$$);
-SELECT * FROM pg_temp.catch($$SELECT tb_set_parent('x:*', 'team:{1')$$);
+SELECT * FROM pg_temp.catch($$SELECT tb_set_parent('x:*', 'team:{99999999999}')$$);
 SELECT * FROM pg_temp.catch($$SELECT tb_set_parent('x', 'team:*')$$);
 SELECT * FROM pg_temp.catch($$SELECT tb_set_parent(NULL, 'org')$$);
 SELECT * FROM pg_temp.catch($$INSERT INTO tb_parents VALUES ('x', NULL)$$);
+-- a '{' that begins no placeholder is itself, as in a proxy's hash tag
+SELECT tb_create('{acme}:team', 10, 1, '1 day'), tb_create('{acme}:user:*', 5, 1, '1 day');
+SELECT tb_set_parent('{acme}:user:*', '{acme}:team'), tb_set_parent('x:*', 'team:{a}:{1'),
+       tb_set_parent('{acme}:user:{x}', '{acme}:team');
+SELECT name, round(remaining::numeric, 2) AS remaining
+FROM tb_try_all('{"{acme}:user:ann","{acme}:user:{x}"}', '{1,1}');
+SELECT tb_set_parent('x:*', NULL);
 -- cycles known at declaration: 42P19, the chain in the detail
 SELECT * FROM pg_temp.catch($$SELECT tb_set_parent('org', 'org')$$);
 SELECT * FROM pg_temp.catch($$SELECT tb_set_parent('org', 'user:acme:ann')$$);

@@ -170,8 +170,9 @@ parents_load(Installation *inst, Oid relid)
 
 /*
  * The placeholder at "p" ('{') of a parent's pattern, "len" bytes left:
- * its length, with *field its number ({2}: 2) or 0 for {*}; -1 when what
- * follows is no placeholder.
+ * its length, with *field its number ({2}: 2; {0} and one too large to
+ * be a field's: 0) or -1 for {*}; -1 when what follows is no placeholder
+ * ('{' is then itself, as in a hash tag: '{acme}:team').
  */
 static int
 placeholder_at(const char *p, int len, int *field)
@@ -181,18 +182,35 @@ placeholder_at(const char *p, int len, int *field)
 
 	if (len >= 3 && p[1] == '*' && p[2] == '}')
 	{
-		*field = 0;
+		*field = -1;
 		return 3;
 	}
-	while (i < len && p[i] >= '0' && p[i] <= '9' && n <= BUCKET_NAME_MAX_BYTES)
-		n = n * 10 + (p[i++] - '0');
-	if (i == 1 || i >= len || p[i] != '}' || n < 1 || n > BUCKET_NAME_MAX_BYTES)
+	while (i < len && p[i] >= '0' && p[i] <= '9')
+	{
+		n = n <= BUCKET_NAME_MAX_BYTES ? n * 10 + (p[i] - '0') : n;
+		i++;
+	}
+	if (i == 1 || i >= len || p[i] != '}')
 		return -1;
-	*field = n;
+	*field = n <= BUCKET_NAME_MAX_BYTES ? n : 0;
 	return i + 1;
 }
 
-/* Field "field" (from 1) of the ':'-separated "rest"; false when it has fewer. */
+/* Whether a parent's name has a placeholder: a template's pattern. */
+static bool
+has_placeholder(text *parent)
+{
+	const char *p = VARDATA_ANY(parent);
+	int			len = VARSIZE_ANY_EXHDR(parent);
+	int			field;
+
+	for (int i = 0; i < len; i++)
+		if (p[i] == '{' && placeholder_at(p + i, len - i, &field) > 0)
+			return true;
+	return false;
+}
+
+/* Field "field" (from 1) of the ':'-separated "rest"; false when it has fewer (or 0). */
 static bool
 field_of(const char *rest, int len, int field, const char **start, int *flen)
 {
@@ -200,6 +218,8 @@ field_of(const char *rest, int len, int field, const char **start, int *flen)
 	const char *p = rest;
 	const char *colon;
 
+	if (field < 1)
+		return false;
 	for (int f = 1; f < field; f++)
 	{
 		p = memchr(p, ':', end - p);
@@ -240,7 +260,7 @@ parent_from_template(const ParentRule *rule, const char *name, int len)
 			appendStringInfoChar(&buf, pattern[i++]);
 			continue;
 		}
-		if (field > 0 && !field_of(rest, rest_len, field, &start, &flen))
+		if (field >= 0 && !field_of(rest, rest_len, field, &start, &flen))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("token bucket \"%.*s\" has no field %d for its parent \"%s\"",
@@ -467,8 +487,8 @@ PG_FUNCTION_INFO_V1(tb_check_parent);
 /*
  * tb_check_parent(child, parent): the CHECK constraint of tb_parents.  Each
  * name 1 to BUCKET_NAME_MAX_BYTES bytes, the parent a bucket's (not a
- * template's), and placeholders ({N}, N from 1, and {*}) only in a
- * template's parent, where each '{' begins one.  True, or an error (23514).
+ * template's), and placeholders ({N}, N a field's number from 1, and {*})
+ * only in a template's parent.  True, or an error (23514).
  */
 Datum
 tb_check_parent(PG_FUNCTION_ARGS)
@@ -495,15 +515,16 @@ tb_check_parent(PG_FUNCTION_ARGS)
 	{
 		int			field;
 
-		if (p[i] != '{')
+		if (p[i] != '{' || placeholder_at(p + i, len - i, &field) < 0)
 			continue;
-		if (placeholder_at(p + i, len - i, &field) < 0)
+		if (field == 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_CHECK_VIOLATION),
-					 errmsg("parent \"%s\" has a '{' that begins no placeholder",
+					 errmsg("parent \"%s\" has a placeholder of no field",
 							text_to_cstring(parent)),
-					 errdetail("In a parent, '{' begins a placeholder: {N} for the key's N-th field (N from 1), or {*} for all of it."),
-					 errhint("Write the placeholder as {1}, {2} or {*}.")));
+					 errdetail("{N} is the key's N-th field after the template's prefix, N from 1 to %d; {*} is all of it.",
+							   BUCKET_NAME_MAX_BYTES),
+					 errhint("Number the fields from 1, as in {1}.")));
 		if (!template)
 			ereport(ERROR,
 					(errcode(ERRCODE_CHECK_VIOLATION),
@@ -558,7 +579,7 @@ tb_parents_changed(PG_FUNCTION_ARGS)
 												 parents.named[i].child_len),
 						0, chain);
 	for (int i = 0; i < parents.ntemplates; i++)
-		if (strchr(text_to_cstring(parents.templates[i].parent), '{') == NULL)
+		if (!has_placeholder(parents.templates[i].parent))
 			(void) chain_of(parents.templates[i].parent, 1, chain);
 	return PointerGetDatum(NULL);
 }
