@@ -6,8 +6,9 @@
  * Each entry point checks its arguments, reads the clock once, adds the
  * parents of each bucket (hierarchy.c), and hands the buckets to the
  * router (router.c), which finds the store that holds each and counts
- * what it did; the waiting to wait.c; the rows of a report to report.c.  The functions run as their caller: the table work
- * switches to the extension's owner around itself (spi_session.c).
+ * what it did; the waiting to wait.c; the rows of a report to report.c.
+ * The functions run as their caller: the table work switches to the
+ * extension's owner around itself (spi_session.c).
  *
  * src/tokenbucket.c
  *
