@@ -29,6 +29,8 @@ INSERT INTO samples VALUES
 	-- a call's price and tokens
 	(NULL, 'model', '''m'''), (NULL, 'input_tokens', '1000'), (NULL, 'output_tokens', '100'),
 	(NULL, 'cached_input_tokens', '10'),
+	-- a template's parent
+	(NULL, 'child', '''x:*'''), (NULL, 'parent', '''team:{1}'''),
 	-- the pure helpers' columns of a bucket
 	(NULL, 'refill_rate', '1'), (NULL, 'deficit', '0'), (NULL, 'updated_at', 'now()'),
 	(NULL, 'at', 'now()'), (NULL, 'paused_until', '''-infinity'''), (NULL, 'new_capacity', '5'),
@@ -72,6 +74,7 @@ INSERT INTO documented VALUES
 	('tb_holder_alive', 'xid', 'a session''s holder: this backend', '^result: \{true\}$'),
 	('tb_holder_alive', 'pid', 'a transaction''s holder: this one', '^result: \{true\}$'),
 	('tb_holder_alive', 'started', 'a transaction''s holder: this one', '^result: \{true\}$'),
+	('tb_set_parent', 'parent', 'no parent', '^result: \{""\}$'),
 	-- the pure helpers: STRICT, NULL in, NULL out
 	('tb_take', NULL, 'pure: NULL', '^result: \{NULL\}$'),
 	('tb_tokens', NULL, 'pure: NULL', '^result: \{NULL\}$'),
@@ -79,6 +82,7 @@ INSERT INTO documented VALUES
 	('tb_ready_at', NULL, 'pure: NULL', '^result: \{NULL\}$'),
 	('tb_resize', NULL, 'pure: NULL', '^result: \{NULL\}$'),
 	('tb_check_bucket', NULL, 'pure: NULL', '^result: \{NULL\}$'),
+	('tb_check_parent', NULL, 'pure: NULL', '^result: \{NULL\}$'),
 	('tb_stats_key', NULL, 'pure: NULL', '^result: \{NULL\}$');
 
 -- outcome(call): "result: " and its rows as text, or "error SQLSTATE:

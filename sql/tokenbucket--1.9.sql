@@ -199,20 +199,22 @@ COMMENT ON FUNCTION @extschema@.tb_acquire(text, float8) IS
 CREATE FUNCTION @extschema@.tb_try(name text, cost float8 DEFAULT 1,
 	OUT granted boolean, OUT remaining float8,
 	OUT retry_after interval, OUT reset_after interval,
-	OUT retry_after_seconds float8, OUT reset_after_seconds float8)
+	OUT retry_after_seconds float8, OUT reset_after_seconds float8,
+	OUT denied_by text)
 RETURNS record
 AS 'MODULE_PATHNAME', 'tb_try'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_try(text, float8) IS
-	'tb_acquire with the tokens left, the wait until cost tokens are there, and the wait until full (as intervals and in seconds)';
+	'tb_acquire with the tokens left, the wait until cost tokens are there, the wait until full (as intervals and in seconds), and the bucket or parent that refused';
 
 -- the read-only look: what tb_try would answer, taking nothing, locking
 -- and writing nothing; for everyone, like tb_try
 CREATE FUNCTION @extschema@.tb_peek(name text, cost float8 DEFAULT 1,
 	OUT granted boolean, OUT remaining float8,
 	OUT retry_after interval, OUT reset_after interval,
-	OUT retry_after_seconds float8, OUT reset_after_seconds float8)
+	OUT retry_after_seconds float8, OUT reset_after_seconds float8,
+	OUT denied_by text)
 RETURNS record
 AS 'MODULE_PATHNAME', 'tb_peek'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL RESTRICTED;
@@ -562,18 +564,20 @@ COMMENT ON FUNCTION @extschema@.tb_acquire(text, float8, float8) IS
 CREATE FUNCTION @extschema@.tb_try(name text, cost float8, reserve float8,
 	OUT granted boolean, OUT remaining float8,
 	OUT retry_after interval, OUT reset_after interval,
-	OUT retry_after_seconds float8, OUT reset_after_seconds float8)
+	OUT retry_after_seconds float8, OUT reset_after_seconds float8,
+	OUT denied_by text)
 RETURNS record
 AS 'MODULE_PATHNAME', 'tb_try'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.tb_try(text, float8, float8) IS
-	'tb_acquire with a reserve, with the tokens left, the wait until cost tokens and the reserve are there, and the wait until full';
+	'tb_acquire with a reserve, with the tokens left, the wait until cost tokens and the reserve are there, the wait until full, and the bucket or parent that refused';
 
 CREATE FUNCTION @extschema@.tb_peek(name text, cost float8, reserve float8,
 	OUT granted boolean, OUT remaining float8,
 	OUT retry_after interval, OUT reset_after interval,
-	OUT retry_after_seconds float8, OUT reset_after_seconds float8)
+	OUT retry_after_seconds float8, OUT reset_after_seconds float8,
+	OUT denied_by text)
 RETURNS record
 AS 'MODULE_PATHNAME', 'tb_peek'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL RESTRICTED;
@@ -1230,3 +1234,80 @@ COMMENT ON FUNCTION @extschema@.tb_check_bucket(text, float8, float8, float8, ti
 	'the check of a row of tb_buckets (its triggers): true, or an error naming the bad column';
 COMMENT ON FUNCTION @extschema@.tb_buckets_changed() IS
 	'trigger: checks the rows written and hands changes to memory buckets'' rows to shared memory at commit';
+
+--
+-- 1.9: a hierarchy of buckets.  The DBA gives a bucket a parent, or every
+-- key of a template one (its placeholders {1}, {2}, ... take the key's
+-- ':'-separated fields after the prefix, {*} all of it), and a call on a
+-- bucket charges it and every ancestor, all or nothing, without the
+-- caller naming them.  A bucket's own row wins over a template's, a
+-- longer prefix over a shorter one.  The DBA's, like tb_buckets, and
+-- dumped; each session keeps a copy, read again when a change commits
+-- (tb_parents_changed), which also refuses a cycle or a chain of more
+-- than 8 levels wherever one is known when it is written (a template's
+-- keys are checked when called).
+--
+CREATE FUNCTION @extschema@.tb_check_parent(child text, parent text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'tb_check_parent'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_check_parent(text, text) IS
+	'the CHECK constraint of tb_parents: true, or an error saying what is wrong with a name or a placeholder';
+
+CREATE TABLE @extschema@.tb_parents (
+	child text PRIMARY KEY,
+	parent text NOT NULL,
+	CONSTRAINT tb_parents_check CHECK (@extschema@.tb_check_parent(child, parent))
+);
+
+COMMENT ON TABLE @extschema@.tb_parents IS
+	'the parent of each bucket, or of each key of a template, charged with it';
+COMMENT ON COLUMN @extschema@.tb_parents.child IS
+	'a bucket''s name, or a template''s (ending in *) for each key it makes';
+COMMENT ON COLUMN @extschema@.tb_parents.parent IS
+	'the parent bucket''s name; for a template, {N} is the key''s N-th field after the prefix, {*} all of it';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.tb_parents', '');
+
+CREATE FUNCTION @extschema@.tb_parents_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'tb_parents_changed'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_parents_changed() IS
+	'the trigger of tb_parents: refuses cycles and chains too deep, and tells every session, once the change commits, to read parents again';
+
+CREATE TRIGGER tb_parents_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.tb_parents
+	FOR EACH STATEMENT
+	EXECUTE FUNCTION @extschema@.tb_parents_changed();
+
+REVOKE ALL ON FUNCTION @extschema@.tb_parents_changed() FROM PUBLIC;
+
+-- tb_parents' row of a child written or, with a NULL parent, deleted; as
+-- its caller, who must be allowed to write tb_parents (the owner)
+CREATE FUNCTION @extschema@.tb_set_parent(child text, parent text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS $$
+BEGIN
+	IF tb_set_parent.child IS NULL THEN
+		RAISE EXCEPTION 'argument "child" of tb_set_parent must not be NULL'
+			USING ERRCODE = 'null_value_not_allowed',
+			HINT = 'A NULL parent removes a child''s parent; the child is always named.';
+	END IF;
+	IF tb_set_parent.parent IS NULL THEN
+		DELETE FROM @extschema@.tb_parents AS p
+		WHERE p.child OPERATOR(pg_catalog.=) tb_set_parent.child;
+	ELSE
+		INSERT INTO @extschema@.tb_parents AS p (child, parent)
+		VALUES (tb_set_parent.child, tb_set_parent.parent)
+		ON CONFLICT ON CONSTRAINT tb_parents_pkey DO UPDATE SET parent = EXCLUDED.parent;
+	END IF;
+END $$;
+
+COMMENT ON FUNCTION @extschema@.tb_set_parent(text, text) IS
+	'give a bucket, or each key of a template, a parent charged with it (NULL: none)';
+
+REVOKE ALL ON FUNCTION @extschema@.tb_set_parent(text, text) FROM PUBLIC;

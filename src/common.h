@@ -81,6 +81,10 @@ extern bool installation_dropped(ObjectAccessType access, Oid classId, Oid objec
 								 int subId, Oid *dbid, Oid *relid);
 
 /* Names */
+
+/* Longest name: well inside what a btree index entry may hold. */
+#define BUCKET_NAME_MAX_BYTES 1024
+
 extern bool is_template_name(text *name);
 extern bool is_template_key(const char *name, int len);
 

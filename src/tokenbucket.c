@@ -3,11 +3,12 @@
  * tokenbucket.c
  *	  SQL entry points: checking arguments, and reporting decisions.
  *
- * Each entry point checks its arguments, reads the clock once, and hands
- * the buckets to the router (router.c), which finds the store that holds
- * each and counts what it did; the waiting to wait.c; the arithmetic of a
- * report to bucket.c.  The functions run as their caller: the table work
- * switches to the extension's owner around itself (spi_session.c).
+ * Each entry point checks its arguments, reads the clock once, adds the
+ * parents of each bucket (hierarchy.c), and hands the buckets to the
+ * router (router.c), which finds the store that holds each and counts
+ * what it did; the waiting to wait.c; the rows of a report to report.c.
+ * The functions run as their caller: the table work switches to the
+ * extension's owner around itself (spi_session.c).
  *
  * src/tokenbucket.c
  *
@@ -25,9 +26,11 @@
 #include "miscadmin.h"
 #include "common.h"
 #include "held.h"
+#include "hierarchy.h"
 #include "lease.h"
 #include "limit_router.h"
 #include "shard_call.h"
+#include "report.h"
 #include "router.h"
 #include "wait.h"
 #include "xact.h"
@@ -106,9 +109,6 @@ _PG_init(void)
 	if (process_shared_preload_libraries_in_progress)
 		MarkGUCPrefixReserved("tokenbucket");
 }
-
-/* Longest name: well inside what a btree index entry may hold. */
-#define BUCKET_NAME_MAX_BYTES 1024
 
 /*
  * Most names one call may take from: far below what one allocation of
@@ -231,50 +231,13 @@ timestamp_after(TimestampTz now, double usecs)
 }
 
 /*
- * Microseconds from "from" to "to": zero when "to" is earlier, at most
- * BUCKET_MAX_WAIT_USECS (a pause until infinity included).
- */
-static int64
-usecs_between(TimestampTz from, TimestampTz to)
-{
-	if (to <= from)
-		return 0;
-	if (to == DT_NOEND || (double) to - (double) from >= (double) BUCKET_MAX_WAIT_USECS)
-		return BUCKET_MAX_WAIT_USECS;
-	return to - from;
-}
-
-/* usecs_between() as an interval. */
-static Interval *
-interval_between(TimestampTz from, TimestampTz to)
-{
-	Interval   *result = palloc0(sizeof(Interval));
-
-	result->time = usecs_between(from, to);
-	return result;
-}
-
-/* Order requests by name, bytewise: one fixed order for every session. */
-static int
-request_name_cmp(const void *a, const void *b)
-{
-	text	   *x = ((const Request *) a)->name;
-	text	   *y = ((const Request *) b)->name;
-	int			xlen = VARSIZE_ANY_EXHDR(x);
-	int			ylen = VARSIZE_ANY_EXHDR(y);
-	int			cmp = memcmp(VARDATA_ANY(x), VARDATA_ANY(y), Min(xlen, ylen));
-
-	return cmp != 0 ? cmp : (xlen > ylen) - (xlen < ylen);
-}
-
-/*
  * Requests from a names array and an optional costs array (NULL: 1 each),
- * each with "reserve", sorted by name; each remembers its position in the
- * arrays.
+ * each with "reserve", and their parents' (hierarchy_expand()), sorted by
+ * name; each remembers its position in the arrays (a parent's after).
  */
 static Request *
-requests_from_arrays(ArrayType *names, ArrayType *costs, double reserve,
-					 int *nrequests)
+requests_from_arrays(Installation *inst, ArrayType *names, ArrayType *costs,
+					 double reserve, int *nrequests)
 {
 	Datum	   *name_datums;
 	bool	   *name_nulls;
@@ -334,7 +297,7 @@ requests_from_arrays(ArrayType *names, ArrayType *costs, double reserve,
 							text_to_cstring(requests[i].name)),
 					 errhint("Name each bucket once, with the sum of its costs.")));
 	*nrequests = n;
-	return requests;
+	return hierarchy_expand(inst, requests, nrequests);
 }
 
 /*
@@ -342,9 +305,10 @@ requests_from_arrays(ArrayType *names, ArrayType *costs, double reserve,
  * its reserve argument "reserve_argno" (-1: none).
  */
 static Request *
-requests_from_args(FunctionCallInfo fcinfo, int reserve_argno, int *nrequests)
+requests_from_args(FunctionCallInfo fcinfo, Installation *inst, int reserve_argno,
+				   int *nrequests)
 {
-	return requests_from_arrays(PG_GETARG_ARRAYTYPE_P(0),
+	return requests_from_arrays(inst, PG_GETARG_ARRAYTYPE_P(0),
 								PG_ARGISNULL(1) ? NULL : PG_GETARG_ARRAYTYPE_P(1),
 								reserve_arg(fcinfo, reserve_argno), nrequests);
 }
@@ -364,47 +328,6 @@ request_from(FunctionCallInfo fcinfo, text *name, double cost, int reserve_argno
 	return request;
 }
 
-/* Columns of report_values(): tb_try's, tb_peek's, and tb_try_all's after name. */
-#define REPORT_COLUMNS 6
-
-/*
- * Fill a (granted, remaining, retry_after, reset_after,
- * retry_after_seconds, reset_after_seconds) row for a request: the waits
- * as intervals for SQL, and as seconds for clients, whose drivers map
- * intervals each their own way.
- */
-static void
-report_values(const Request *request, bool granted, TimestampTz now,
-			  Datum *values)
-{
-	const Bucket *bucket = &request->bucket;
-	TimestampTz ready = granted ? now :
-		bucket_ready_at(bucket, request->cost, request->reserve, now);
-	TimestampTz full = bucket_full_at(bucket);
-
-	values[0] = BoolGetDatum(granted);
-	values[1] = Float8GetDatum(bucket_tokens_at(bucket, now));
-	values[2] = IntervalPGetDatum(interval_between(now, ready));
-	values[3] = IntervalPGetDatum(interval_between(now, full));
-	values[4] = Float8GetDatum((double) usecs_between(now, ready) / USECS_PER_SEC);
-	values[5] = Float8GetDatum((double) usecs_between(now, full) / USECS_PER_SEC);
-}
-
-/* A report_values() row for a request, as a composite Datum. */
-static Datum
-report_datum(FunctionCallInfo fcinfo, const Request *request, bool granted,
-			 TimestampTz now)
-{
-	TupleDesc	desc;
-	Datum		values[REPORT_COLUMNS];
-	bool		nulls[REPORT_COLUMNS] = {0};
-
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	report_values(request, granted, now, values);
-	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
-}
-
 PG_FUNCTION_INFO_V1(tb_acquire);
 
 /*
@@ -417,11 +340,14 @@ tb_acquire(PG_FUNCTION_ARGS)
 	static const ArgsSpec args = {"tb_acquire", ARG_MAY_BE_NULL(2), {"name", "cost", "reserve"}};
 	Installation inst = installation_of(fcinfo);
 	Request		request;
+	Request    *requests;
+	int			n = 1;
 
 	check_not_null(fcinfo, &args);
 	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0),
 						   PG_NARGS() > 1 ? PG_GETARG_FLOAT8(1) : 1.0, 2);
-	PG_RETURN_BOOL(router_take(&inst, &request, 1, GetCurrentTimestamp()));
+	requests = hierarchy_expand(&inst, &request, &n);
+	PG_RETURN_BOOL(router_take(&inst, requests, n, GetCurrentTimestamp()));
 }
 
 PG_FUNCTION_INFO_V1(tb_try);
@@ -437,14 +363,17 @@ tb_try(PG_FUNCTION_ARGS)
 	static const ArgsSpec args = {"tb_try", ARG_MAY_BE_NULL(2), {"name", "cost", "reserve"}};
 	Installation inst = installation_of(fcinfo);
 	Request		request;
+	Request    *requests;
+	int			n = 1;
 	TimestampTz now;
 	bool		granted;
 
 	check_not_null(fcinfo, &args);
 	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
+	requests = hierarchy_expand(&inst, &request, &n);
 	now = GetCurrentTimestamp();
-	granted = router_take(&inst, &request, 1, now);
-	PG_RETURN_DATUM(report_datum(fcinfo, &request, granted, now));
+	granted = router_take(&inst, requests, n, now);
+	PG_RETURN_DATUM(report_datum(fcinfo, requests, n, granted, now));
 }
 
 PG_FUNCTION_INFO_V1(tb_peek);
@@ -462,15 +391,22 @@ tb_peek(PG_FUNCTION_ARGS)
 	static const ArgsSpec args = {"tb_peek", ARG_MAY_BE_NULL(2), {"name", "cost", "reserve"}};
 	Installation inst = installation_of(fcinfo);
 	Request		request;
+	Request    *requests;
+	int			n = 1;
 	TimestampTz now;
-	bool		granted;
+	bool		granted = true;
 
 	check_not_null(fcinfo, &args);
 	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
+	requests = hierarchy_expand(&inst, &request, &n);
 	now = GetCurrentTimestamp();
-	router_peek(&inst, &request, now);
-	granted = bucket_take(&request.bucket, request.cost, request.reserve, now);
-	PG_RETURN_DATUM(report_datum(fcinfo, &request, granted, now));
+	for (int i = 0; i < n; i++)
+	{
+		router_peek(&inst, &requests[i], now);
+		granted &= bucket_take(&requests[i].bucket, requests[i].cost,
+							   requests[i].reserve, now);
+	}
+	PG_RETURN_DATUM(report_datum(fcinfo, requests, n, granted, now));
 }
 
 PG_FUNCTION_INFO_V1(tb_acquire_wait);
@@ -486,16 +422,19 @@ tb_acquire_wait(PG_FUNCTION_ARGS)
 	{"name", "cost", "timeout"}};
 	Installation inst = installation_of(fcinfo);
 	Request		request;
+	Request    *requests;
+	int			n = 1;
 	TimestampTz deadline;
 	int64		waited_usecs;
 	bool		granted;
 
 	check_not_null(fcinfo, &args);
 	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), -1);
+	requests = hierarchy_expand(&inst, &request, &n);
 	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 							  GetCurrentTimestamp());
-	granted = wait_and_take(&inst, &request, 1, deadline, &waited_usecs);
-	router_count_wait(&inst, &request, 1, granted, waited_usecs);
+	granted = wait_and_take(&inst, requests, n, deadline, &waited_usecs);
+	router_count_wait(&inst, requests, n, granted, waited_usecs);
 	PG_RETURN_BOOL(granted);
 }
 
@@ -515,7 +454,7 @@ tb_acquire_all(PG_FUNCTION_ARGS)
 	int			n;
 
 	check_not_null(fcinfo, &args);
-	requests = requests_from_args(fcinfo, 2, &n);
+	requests = requests_from_args(fcinfo, &inst, 2, &n);
 	PG_RETURN_BOOL(router_take(&inst, requests, n, GetCurrentTimestamp()));
 }
 
@@ -535,7 +474,7 @@ tb_acquire_all_wait(PG_FUNCTION_ARGS)
 	bool		granted;
 
 	check_not_null(fcinfo, &args);
-	requests = requests_from_args(fcinfo, -1, &n);
+	requests = requests_from_args(fcinfo, &inst, -1, &n);
 	deadline = deadline_after(PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 							  GetCurrentTimestamp());
 	granted = wait_and_take(&inst, requests, n, deadline, &waited_usecs);
@@ -583,7 +522,7 @@ tb_lease_all(PG_FUNCTION_ARGS)
 
 	check_not_null(fcinfo, &args);
 	reserve = reserve_arg(fcinfo, 6);
-	buckets.requests = requests_from_arrays(PG_GETARG_ARRAYTYPE_P(1),
+	buckets.requests = requests_from_arrays(&inst, PG_GETARG_ARRAYTYPE_P(1),
 											PG_ARGISNULL(2) ? NULL : PG_GETARG_ARRAYTYPE_P(2),
 											reserve, &buckets.nrequests);
 	request = lease_request(PG_GETARG_TEXT_PP(0), PG_GETARG_INT32(3), PG_GETARG_TEXT_PP(4),
@@ -604,9 +543,9 @@ PG_FUNCTION_INFO_V1(tb_try_all);
 
 /*
  * tb_try_all(names, costs [, reserve]): tb_acquire_all with a row per bucket, in the
- * order named: the shared decision, the tokens left, how long until that
- * bucket holds its cost (the ones holding the request back wait longest),
- * and until it is full.
+ * order named (then their parents): the shared decision, the tokens left,
+ * how long until that bucket holds its cost (the ones holding the request
+ * back wait longest), and until it is full.
  */
 Datum
 tb_try_all(PG_FUNCTION_ARGS)
@@ -623,7 +562,7 @@ tb_try_all(PG_FUNCTION_ARGS)
 
 	check_not_null(fcinfo, &args);
 	store = materialize_begin(fcinfo, &desc);
-	requests = requests_from_args(fcinfo, 2, &n);
+	requests = requests_from_args(fcinfo, &inst, 2, &n);
 	granted = router_take(&inst, requests, n, now);
 	qsort(requests, n, sizeof(Request), request_position_cmp);
 
@@ -663,6 +602,32 @@ change_adjust(Bucket *bucket, TimestampTz now, const void *tokens)
 	bucket_adjust(bucket, *(const double *) tokens, now);
 }
 
+/*
+ * update_bucket() giving "tokens" back to bucket "name" (taking them when
+ * negative) and to every parent above it alike (tb_parents), in the order
+ * of their names, as grants lock them: the tokens "name" holds afterwards.
+ */
+static double
+adjust_chain(Installation *inst, text *name, const double *tokens,
+			 const BucketCounters *delta)
+{
+	Request		request = {.name = name};
+	Request    *chain;
+	int			n = 1;
+	double		own = 0;
+
+	check_bucket_name(name);
+	chain = hierarchy_expand(inst, &request, &n);
+	for (int i = 0; i < n; i++)
+	{
+		double		left = update_bucket(inst, chain[i].name, change_adjust, tokens, delta);
+
+		if (chain[i].position == 0)
+			own = left;
+	}
+	return own;
+}
+
 /* update_bucket() change: lower the level to "tokens", never raise it. */
 static void
 change_lower(Bucket *bucket, TimestampTz now, const void *tokens)
@@ -688,7 +653,10 @@ change_pause(Bucket *bucket, TimestampTz now, const void *until)
 
 PG_FUNCTION_INFO_V1(tb_refund);
 
-/* tb_refund(name, tokens): give unused tokens back, capped at capacity. */
+/*
+ * tb_refund(name, tokens): give unused tokens back, capped at capacity, to
+ * the bucket and its parents.
+ */
 Datum
 tb_refund(PG_FUNCTION_ARGS)
 {
@@ -700,15 +668,15 @@ tb_refund(PG_FUNCTION_ARGS)
 
 	check_not_null(fcinfo, &args);
 	check_number("tokens", tokens, false);
-	PG_RETURN_FLOAT8(update_bucket(&inst, PG_GETARG_TEXT_PP(0), change_adjust,
-								   &tokens, &delta));
+	PG_RETURN_FLOAT8(adjust_chain(&inst, PG_GETARG_TEXT_PP(0), &tokens, &delta));
 }
 
 PG_FUNCTION_INFO_V1(tb_settle);
 
 /*
  * tb_settle(name, reserved, used): refund reserved - used, or take
- * used - reserved more, into debt if need be.  Returns the new level.
+ * used - reserved more, into debt if need be, on the bucket and its
+ * parents.  Returns the bucket's new level.
  */
 Datum
 tb_settle(PG_FUNCTION_ARGS)
@@ -730,8 +698,7 @@ tb_settle(PG_FUNCTION_ARGS)
 		delta.refunded_tokens = tokens;
 	else
 		delta.granted_tokens = -tokens;
-	PG_RETURN_FLOAT8(update_bucket(&inst, PG_GETARG_TEXT_PP(0), change_adjust,
-								   &tokens, &delta));
+	PG_RETURN_FLOAT8(adjust_chain(&inst, PG_GETARG_TEXT_PP(0), &tokens, &delta));
 }
 
 PG_FUNCTION_INFO_V1(tb_sync);

@@ -24,6 +24,8 @@
 #                 terminated and failing; waits; 64 sessions on 3 slots
 #   held          test/held.sh: a row another transaction holds: bounded, 55P03
 #                 naming the holder; tb_held
+#   hierarchy     test/hierarchy.sh: 32 sessions charging users of one team up
+#                 to their organisation: every level granted the same, none overdrawn
 #   locks         test/locks.sh: timeouts whatever holds a row; sleepers
 #                 never hold up a DBA's ALTER TABLE
 #   xact          test/xact.sh: a memory lease released by a transaction
@@ -204,6 +206,7 @@ SUITES=(
 	"wait suite_shell test/wait"
 	"locks suite_shell test/locks"
 	"held suite_shell test/held"
+	"hierarchy suite_shell test/hierarchy"
 	"xact suite_shell test/xact"
 	"stats suite_own proxy/test/stats"
 	"exporter suite_shell test/exporter"

@@ -80,11 +80,12 @@ def test_calls_sync(limiter, admin, name):
     make_bucket(admin, b, 1000, 1, 3600)
     d = limiter.try_(a, 4)
     assert d.granted and d.retry_after == 0 and abs(d.remaining - 6) < 0.01
+    assert d.denied_by is None
     d = limiter.try_({a: 2, b: 100})
     assert d.granted and [p.name for p in d.buckets] == [a, b]
     assert abs(d.buckets[1].remaining - 900) < 0.01 and abs(d.remaining - 4) < 0.01
     d = limiter.try_({a: 5, b: 1})                     # a holds 4: neither is taken
-    assert not d.granted and 3000 < d.retry_after < 3700
+    assert not d.granted and 3000 < d.retry_after < 3700 and d.denied_by == a
     assert abs(tokens(admin, b) - 900) < 0.01
     p = limiter.peek([a, b])
     assert p.granted and abs(p.remaining - 3) < 0.01 and abs(tokens(admin, a) - 4) < 0.01
@@ -123,6 +124,23 @@ async def test_calls_async(alimiter, admin, name):
                 pass
     async with alimiter.lease(name + "l"):        # released: free again
         pass
+
+
+def test_denied_by_names_the_parent(limiter, admin, name):
+    user, team = name + "user", name + "team"
+    make_bucket(admin, user, 10, 1, 3600)
+    make_bucket(admin, team, 10, 1, 3600)
+    admin.execute("SELECT tb_set_parent(%s, %s)", (user, team))
+    try:
+        assert limiter.try_(user, 4).granted
+        d = limiter.try_(user, 7)                      # the team holds 6, the user 6
+        assert not d.granted and d.denied_by == user and 3000 < d.retry_after < 3700
+        admin.execute("SELECT tb_sync(%s, 1)", (team,))
+        d = limiter.peek(user, 3)
+        assert not d.granted and d.denied_by == team and 7000 < d.retry_after < 7300
+        assert abs(tokens(admin, user) - 1) < 0.01    # tb_peek reports the tightest level
+    finally:
+        admin.execute("SELECT tb_set_parent(%s, NULL)", (user,))
 
 
 def test_lease_sync(limiter, name):

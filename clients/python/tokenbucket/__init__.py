@@ -17,7 +17,7 @@ from ._sync import Limiter, Reservation
 from .errors import (AlreadyExists, AlreadySettled, Canceled, CheckViolation, ConnectionLost,
                      DatabaseError, ForkedConnection, InsufficientPrivilege, InvalidArgument,
                      LockedByTransaction, NotSupported, NullArgument, OutcomeUnknown,
-                     OutOfRange, PrerequisiteMissing, RateLimited, ReadOnly,
+                     OutOfRange, ParentCycle, PrerequisiteMissing, RateLimited, ReadOnly,
                      SerializationFailure, SharedMemoryFull, TokenBucketError, TooManyNames,
                      TransactionInProgress, UndefinedBucket)
 from .headers import Observation, header_map
@@ -29,7 +29,7 @@ __all__ = [
     "Canceled", "CheckViolation", "ConnectionLost", "DatabaseError", "Decision",
     "ForkedConnection", "InsufficientPrivilege", "InvalidArgument", "Limiter",
     "LockedByTransaction", "NotSupported", "NullArgument", "Observation", "OutcomeUnknown",
-    "OutOfRange", "PrerequisiteMissing", "RateLimited", "ReadOnly", "Reservation",
+    "OutOfRange", "ParentCycle", "PrerequisiteMissing", "RateLimited", "ReadOnly", "Reservation",
     "SerializationFailure", "SharedMemoryFull", "TokenBucketError", "TooManyNames",
     "TransactionInProgress", "UndefinedBucket", "header_map",
 ]

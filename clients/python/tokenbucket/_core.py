@@ -53,12 +53,16 @@ class Decision:
     would be); remaining: tokens left (the least over the buckets; NaN after
     a wait in the server, which reports no more); retry_after: seconds until
     the request could be granted (0 when granted); reset_after: seconds until
-    full (the longest over the buckets); buckets: each bucket's row."""
+    full (the longest over the buckets); buckets: each bucket's row;
+    denied_by: None when granted, else the bucket that refused (one called,
+    or a parent of one: extension 1.9), of several the one that waits
+    longest; None from a server that does not say (before 1.9, the proxy)."""
     granted: bool
     remaining: float
     retry_after: float
     reset_after: float
     buckets: tuple[BucketDecision, ...] = field(default=())
+    denied_by: str | None = None
 
     def __bool__(self) -> bool:
         return self.granted
@@ -69,11 +73,13 @@ def combine(rows: Rows, names: list[str] | None = None) -> Decision:
     or from tb_try_all's rows (name, granted, remaining, retry, reset)."""
     if names is None:
         row = rows[0]
-        return Decision(bool(row[0]), row[1], row[2], row[3])
+        return Decision(bool(row[0]), row[1], row[2], row[3], denied_by=row[4])
     parts = tuple(BucketDecision(r[0], bool(r[1]), r[2], r[3], r[4]) for r in rows)
-    return Decision(all(p.granted for p in parts), min(p.remaining for p in parts),
-                    max(p.retry_after for p in parts), max(p.reset_after for p in parts),
-                    parts)
+    granted = all(p.granted for p in parts)
+    longest = max(parts, key=lambda p: p.retry_after)
+    return Decision(granted, min(p.remaining for p in parts),
+                    longest.retry_after, max(p.reset_after for p in parts),
+                    parts, None if granted else longest.name)
 
 
 WAITED = float("nan")
@@ -166,18 +172,18 @@ class Statements:
     def __init__(self, schema: str | None, paramstyle: str) -> None:
         s = "" if schema is None else quote_ident(schema) + "."
         sql = {
-            "try": f"SELECT granted, remaining, retry_after_seconds, reset_after_seconds "
-                   f"FROM {s}tb_try($1::text, $2::float8)",
-            "try_r": f"SELECT granted, remaining, retry_after_seconds, reset_after_seconds "
-                     f"FROM {s}tb_try($1::text, $2::float8, $3::float8)",
+            "try": f"SELECT t.granted, t.remaining, t.retry_after_seconds, t.reset_after_seconds, "
+                   f"to_jsonb(t) ->> 'denied_by' FROM {s}tb_try($1::text, $2::float8) AS t",
+            "try_r": f"SELECT t.granted, t.remaining, t.retry_after_seconds, t.reset_after_seconds, "
+                     f"to_jsonb(t) ->> 'denied_by' FROM {s}tb_try($1::text, $2::float8, $3::float8) AS t",
             "try_all": f"SELECT name, granted, remaining, retry_after_seconds, reset_after_seconds "
                        f"FROM {s}tb_try_all($1::text[], $2::float8[])",
             "try_all_r": f"SELECT name, granted, remaining, retry_after_seconds, "
                          f"reset_after_seconds FROM {s}tb_try_all($1::text[], $2::float8[], $3::float8)",
-            "peek": f"SELECT granted, remaining, retry_after_seconds, reset_after_seconds "
-                    f"FROM {s}tb_peek($1::text, $2::float8)",
-            "peek_r": f"SELECT granted, remaining, retry_after_seconds, reset_after_seconds "
-                      f"FROM {s}tb_peek($1::text, $2::float8, $3::float8)",
+            "peek": f"SELECT t.granted, t.remaining, t.retry_after_seconds, t.reset_after_seconds, "
+                    f"to_jsonb(t) ->> 'denied_by' FROM {s}tb_peek($1::text, $2::float8) AS t",
+            "peek_r": f"SELECT t.granted, t.remaining, t.retry_after_seconds, t.reset_after_seconds, "
+                      f"to_jsonb(t) ->> 'denied_by' FROM {s}tb_peek($1::text, $2::float8, $3::float8) AS t",
             # tb_peek has no form for several buckets: one row each, one round trip
             "peek_all": f"SELECT u.n, p.granted, p.remaining, p.retry_after_seconds, "
                         f"p.reset_after_seconds FROM unnest($1::text[], $2::float8[]) "

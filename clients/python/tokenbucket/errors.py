@@ -63,8 +63,14 @@ class SharedMemoryFull(DatabaseError):
 
 
 class TooManyNames(DatabaseError):
-    """54000: more names in one call than the server allows."""
+    """54000: more names in one call than the server allows, or a chain of
+    parents deeper than it allows (extension 1.9)."""
     sqlstate = "54000"
+
+
+class ParentCycle(DatabaseError):
+    """42P19: the parents of a bucket form a cycle (tb_parents, extension 1.9)."""
+    sqlstate = "42P19"
 
 
 class NotSupported(DatabaseError):
@@ -155,7 +161,8 @@ CLASSES: dict[str, type[DatabaseError]] = {
     cls.sqlstate: cls for cls in (
         UndefinedBucket, InvalidArgument, NullArgument, OutOfRange, SharedMemoryFull,
         TooManyNames, NotSupported, ReadOnly, SerializationFailure, PrerequisiteMissing,
-        LockedByTransaction, Canceled, AlreadyExists, CheckViolation, InsufficientPrivilege)
+        LockedByTransaction, Canceled, AlreadyExists, CheckViolation, InsufficientPrivilege,
+        ParentCycle)
     if cls.sqlstate is not None
 }
 
