@@ -242,3 +242,78 @@ COMMENT ON FUNCTION @extschema@.tb_check_bucket(text, float8, float8, float8, ti
 	'the check of a row of tb_buckets (its triggers): true, or an error naming the bad column';
 COMMENT ON FUNCTION @extschema@.tb_buckets_changed() IS
 	'trigger: checks the rows written and hands changes to memory buckets'' rows to shared memory at commit';
+
+--
+-- 1.9: quotas over calendar periods.  A period bucket (a quota) gets its
+-- tokens back all at once at each period's start, by the calendar of a
+-- time zone: refill_rate is then the tokens added at each start, not per
+-- second.  period: whole months, whole days, or a duration (NULL: a
+-- continuous bucket); period_anchor: a local time at which a period
+-- starts; time_zone: the zone of that calendar.  The helpers take them
+-- as three more arguments, NULL for a continuous bucket: forms that are
+-- not STRICT (NULL in another argument still gives NULL).
+--
+ALTER TABLE @extschema@.tb_buckets ADD COLUMN period interval,
+	ADD COLUMN period_anchor timestamp, ADD COLUMN time_zone text;
+
+CREATE FUNCTION @extschema@.tb_take(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, paused_until timestamptz,
+	cost float8, at timestamptz, reserve float8, period interval,
+	period_anchor timestamp, time_zone text)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_take'
+LANGUAGE C IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_take(float8, float8, float8, timestamptz, timestamptz, float8, timestamptz, float8, interval, timestamp, text) IS
+	'deficit after taking cost tokens at a moment, leaving reserve x capacity, from a bucket with a period (NULL: continuous), or NULL when it is paused or does not hold them';
+
+CREATE FUNCTION @extschema@.tb_tokens(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, at timestamptz, period interval,
+	period_anchor timestamp, time_zone text)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_tokens'
+LANGUAGE C IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_tokens(float8, float8, float8, timestamptz, timestamptz, interval, timestamp, text) IS
+	'tokens a bucket with a period (NULL: continuous) holds at a moment';
+
+CREATE FUNCTION @extschema@.tb_full_at(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, period interval,
+	period_anchor timestamp, time_zone text)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'tb_full_at'
+LANGUAGE C IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_full_at(float8, float8, float8, timestamptz, interval, timestamp, text) IS
+	'when a bucket with a period (NULL: continuous) is, or was, full';
+
+CREATE FUNCTION @extschema@.tb_ready_at(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, paused_until timestamptz,
+	cost float8, at timestamptz, period interval, period_anchor timestamp,
+	time_zone text)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'tb_ready_at'
+LANGUAGE C IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_ready_at(float8, float8, float8, timestamptz, timestamptz, float8, timestamptz, interval, timestamp, text) IS
+	'the first moment, not before at, at which a bucket with a period (NULL: continuous) grants cost tokens';
+
+CREATE FUNCTION @extschema@.tb_resize(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, new_capacity float8, at timestamptz,
+	period interval, period_anchor timestamp, time_zone text)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_resize'
+LANGUAGE C IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_resize(float8, float8, float8, timestamptz, float8, timestamptz, interval, timestamp, text) IS
+	'deficit after giving a bucket with a period (NULL: continuous) a new capacity at a moment, keeping its tokens, capped';
+
+-- the start of the period a moment falls in (n: of the n-th after it)
+CREATE FUNCTION @extschema@.tb_period_start(period interval,
+	period_anchor timestamp, time_zone text, at timestamptz, n integer DEFAULT 0)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'tb_period_start'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_period_start(interval, timestamp, text, timestamptz, integer) IS
+	'the start of the period a moment falls in, or with n, of the n-th period after it, by a period bucket''s calendar';
