@@ -112,5 +112,9 @@ extern void period_set(BucketPeriod *period, const Interval *interval,
 					   int sqlstate);
 extern bool period_from_args(FunctionCallInfo fcinfo, int first,
 							 BucketPeriod *period);
+extern void period_from_datums(BucketPeriod *period, const Datum *values,
+							   const bool *isnull);
+extern void period_to_datums(const BucketPeriod *period, Datum *values,
+							 char *nulls);
 
 #endif							/* TOKENBUCKET_BUCKET_H */

@@ -182,7 +182,9 @@ reserve(pg_atomic_uint32 *counter, uint32 cap)
 
 /*
  * The bucket an absent entry stands for, with the given settings: empty at
- * empty_at, or full when empty_at is -infinity.
+ * empty_at, or new (full; a quota with a period's tokens) when empty_at is
+ * -infinity.  A quota empty at empty_at gets its tokens back at the next
+ * start of a period: a restart never gives it a period's tokens twice.
  */
 Bucket
 memory_absent_state(const Bucket *settings, TimestampTz now)
@@ -192,7 +194,7 @@ memory_absent_state(const Bucket *settings, TimestampTz now)
 	bucket.paused_until = DT_NOBEGIN;
 	if (memory_shared->empty_at == DT_NOBEGIN)
 	{
-		bucket.deficit = 0;
+		bucket.deficit = bucket_initial_deficit(settings);
 		bucket.updated_at = now;
 	}
 	else

@@ -32,9 +32,10 @@
 /* the state file a clean shutdown writes */
 #define STATE_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/tokenbucket.buckets"
 #define STATE_MAGIC		0x74624D31	/* "tbM1" */
-#define STATE_FORMAT	4		/* 1: template lengths without the '*';
+#define STATE_FORMAT	5		/* 1: template lengths without the '*';
 								 * 1 and 2: no counters; 3: counters
-								 * without those of limits */
+								 * without those of limits; up to 4:
+								 * buckets without a period */
 
 /* SharedArea shutdown: write the committed entries to the state file. */
 static void
@@ -98,7 +99,7 @@ load_state(bool *existed)
 		{
 			MemoryKey	key;
 			uint16		template_len;
-			Bucket		bucket;
+			Bucket		bucket = {0};
 			TimestampTz since = GetCurrentTimestamp();
 			StatsCounts counters = {0};
 			MemoryEntry *entry;
@@ -108,7 +109,8 @@ load_state(bool *existed)
 				key.name.len > SHARED_NAME_MAX_BYTES ||
 				!state_load(&sf, key.name.name, key.name.len) ||
 				!state_load(&sf, &template_len, sizeof(template_len)) ||
-				!state_load(&sf, &bucket, sizeof(bucket)) ||
+				!state_load(&sf, &bucket, sf.format >= 5 ? sizeof(bucket) :
+							offsetof(Bucket, period)) ||
 				(sf.format >= 3 &&
 				 (!state_load(&sf, &since, sizeof(since)) ||
 				  !state_load(&sf, &counters, sf.format >= 4 ?

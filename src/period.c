@@ -364,3 +364,47 @@ tb_period_start(PG_FUNCTION_ARGS)
 		n += PG_GETARG_INT32(4);
 	PG_RETURN_TIMESTAMPTZ(period_start(&period, n));
 }
+
+/*
+ * A period from a row's columns period, period_anchor and time_zone
+ * (NULL period: a continuous bucket).
+ */
+void
+period_from_datums(BucketPeriod *period, const Datum *values, const bool *isnull)
+{
+	text	   *zone;
+
+	if (isnull[0] || isnull[1] || isnull[2])
+	{
+		memset(period, 0, sizeof(BucketPeriod));
+		return;
+	}
+	zone = DatumGetTextPP(values[2]);
+	period_copy(period, DatumGetIntervalP(values[0]), DatumGetTimestamp(values[1]),
+				VARDATA_ANY(zone), VARSIZE_ANY_EXHDR(zone), ERRCODE_CHECK_VIOLATION);
+}
+
+/*
+ * A period as the values of the columns period, period_anchor and
+ * time_zone, for SPI ("nulls": 'n' for each NULL, a continuous bucket's).
+ */
+void
+period_to_datums(const BucketPeriod *period, Datum *values, char *nulls)
+{
+	Interval   *interval;
+
+	if (period->months == 0 && period->days == 0 && period->usecs == 0)
+	{
+		memset(nulls, 'n', 3);
+		memset(values, 0, 3 * sizeof(Datum));
+		return;
+	}
+	interval = palloc0(sizeof(Interval));
+	interval->month = period->months;
+	interval->day = period->days;
+	interval->time = period->usecs;
+	values[0] = IntervalPGetDatum(interval);
+	values[1] = TimestampGetDatum(period->anchor);
+	values[2] = PointerGetDatum(cstring_to_text(period->zone));
+	memset(nulls, ' ', 3);
+}
