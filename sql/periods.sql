@@ -142,3 +142,145 @@ SELECT c.call, r.code, r.message, r.hint FROM (VALUES
 	($$SELECT tb_period_start('1 day', '2025-01-01', '', now())$$),
 	($$SELECT tb_period_start('1 day', '2025-01-01', repeat('x', 40), now())$$)
 ) AS c(call), pg_temp.catch(c.call) AS r;
+
+--
+-- Quotas in the stores: tb_create_quota, then the functions every bucket
+-- has, at real now, the period's start moved by writing the row.
+--
+-- A daily quota of 10 in Berlin and one of a month carrying over 5, table
+-- and memory, and templates of both (each key a quota)
+SELECT tb_create_quota('day', 10, '1 day', 'Europe/Berlin'),
+	tb_create_quota('month', 10, '1 month', 'UTC', '2025-01-31 00:00', carry_max => 5),
+	tb_create_quota('mday', 10, '1 day', 'Europe/Berlin', memory => true),
+	tb_create_quota('user:*', 3, '1 day', 'America/New_York', '2025-01-06 09:00'),
+	tb_create_quota('muser:*', 3, '1 day', 'America/New_York', '2025-01-06 09:00', memory => true),
+	tb_create('rate', 100, 1);
+-- the rows: a default anchor is the current day's (month's) start; the
+-- quota starts with its budget, not what it may carry
+SELECT name, capacity, refill_rate, deficit, period, time_zone, memory,
+	period_anchor = CASE period WHEN '1 month' THEN date_trunc('month', now() AT TIME ZONE time_zone)
+		WHEN '1 day' THEN date_trunc('day', now() AT TIME ZONE time_zone) END AS default_anchor,
+	CASE WHEN name IN ('month', 'user:*', 'muser:*') THEN period_anchor END AS given_anchor
+FROM tb_buckets ORDER BY name;
+
+-- tb_status: the period it is in now, as tb_period_start says
+SELECT s.name, s.tokens, s.period, s.time_zone,
+	s.period_start = tb_period_start(b.period, b.period_anchor, b.time_zone, clock_timestamp()) AS start_now,
+	s.period_end = tb_period_start(b.period, b.period_anchor, b.time_zone, clock_timestamp(), 1) AS end_now
+FROM tb_status AS s JOIN tb_buckets AS b USING (name) ORDER BY s.name;
+
+-- spend them: each grants its budget and no more, by every function that takes
+SELECT tb_acquire('day', 7) AS day_7, tb_acquire('day', 4) AS day_4_more,
+	(SELECT granted FROM tb_try('day', 3)) AS day_3_more, tb_acquire('day') AS day_11th,
+	tb_acquire('month', 10) AS month_10, tb_acquire('month', 0.5) AS month_more,
+	tb_acquire_all('{mday,rate}', '{10,1}') AS mday_10_and_rate,
+	tb_acquire_all('{mday,rate}', '{1,1}') AS mday_11th_and_rate,
+	tb_acquire('user:ann', 3) AS ann_3, tb_acquire('user:ann') AS ann_4th,
+	tb_acquire('muser:ann', 3) AS mann_3, tb_acquire('muser:ann') AS mann_4th;
+-- nothing was taken from rate by the refused all-or-nothing call
+SELECT name, round(tokens) AS tokens FROM tb_status WHERE name = 'rate';
+
+-- retry_after and reset_after count down to the next period's start
+-- exactly (full_at, the same moment, as tb_status shows it)
+SELECT t.name, t.granted, t.remaining,
+	s.full_at = tb_period_start(b.period, b.period_anchor, b.time_zone, clock_timestamp(), 1) AS full_at_next_start,
+	abs(extract(epoch FROM clock_timestamp() + t.retry_after - s.full_at)) < 1 AS retry_after_to_it,
+	t.retry_after = t.reset_after AS same_wait
+FROM tb_try_all('{day,mday}', '{1,1}') AS t
+JOIN tb_status AS s USING (name)
+JOIN tb_buckets AS b USING (name);
+SELECT s.name, s.tokens,
+	s.full_at = tb_period_start(coalesce(b.period, t.period), coalesce(b.period_anchor, t.period_anchor),
+		coalesce(b.time_zone, t.time_zone), clock_timestamp(), 1) AS full_at_next_start
+FROM tb_status AS s LEFT JOIN tb_buckets AS b USING (name)
+LEFT JOIN tb_buckets AS t ON t.name = s.template
+WHERE s.name IN ('user:ann', 'muser:ann') ORDER BY 1;
+
+-- settle into debt, refund, sync, pause, and the next period's budget pays the debt first
+SELECT tb_settle('day', 1, 5) AS day_after_settle, tb_refund('mday', 2) AS mday_after_refund,
+	tb_sync('muser:ann', 0) AS mann_after_sync;
+SELECT name, tokens, debt FROM tb_status WHERE name IN ('day', 'mday', 'muser:ann') ORDER BY name;
+
+-- the table quota's day moved back: its last write in yesterday's period;
+-- then the new day's budget pays the debt of 4 first
+UPDATE tb_buckets SET updated_at = tb_period_start(period, period_anchor, time_zone, clock_timestamp())
+	- interval '1 microsecond' WHERE name IN ('day', 'user:ann');
+SELECT name, tokens, debt FROM tb_status WHERE name IN ('day', 'user:ann') ORDER BY name;
+SELECT granted, remaining FROM tb_peek('day', 6);
+SELECT granted, remaining, retry_after > interval '0' AS waits FROM tb_try('day', 7);
+SELECT tb_acquire('user:ann', 3) AS ann_new_day;
+
+-- two periods back: the debt paid, the rest carried, capped (the monthly
+-- quota: 15 at most)
+UPDATE tb_buckets SET updated_at = tb_period_start(period, period_anchor, time_zone, clock_timestamp(), -1)
+	- interval '1 microsecond' WHERE name IN ('day', 'month');
+SELECT name, tokens FROM tb_status WHERE name IN ('day', 'month') ORDER BY name;
+
+-- the moment a take decides on: just before the start, just at it (the
+-- row's updated_at and deficit written, tb_take at those moments)
+SELECT tb_take(b.capacity, b.refill_rate, b.capacity, s.p - interval '1 hour', '-infinity', 1,
+		s.p - interval '1 microsecond', 0, b.period, b.period_anchor, b.time_zone) AS before_start,
+	tb_take(b.capacity, b.refill_rate, b.capacity, s.p - interval '1 hour', '-infinity', 1,
+		s.p, 0, b.period, b.period_anchor, b.time_zone) AS at_start
+FROM tb_buckets AS b,
+	LATERAL (SELECT tb_period_start(b.period, b.period_anchor, b.time_zone, clock_timestamp(), 1) AS p) AS s
+WHERE b.name = 'day';
+
+-- a pause holds a quota as any bucket; tb_reset fills it and lifts it
+SELECT tb_pause('month', '1 hour');
+SELECT granted FROM tb_try('month');
+SELECT tb_reset('month');
+SELECT name, tokens, paused_until FROM tb_status WHERE name = 'month';
+
+-- tb_alter: the budget (refill) and capacity of a quota, its tokens kept,
+-- capped; a template's keys with it
+SELECT tb_alter('month', 12, 12), tb_alter('user:*', 5, 5), tb_alter('muser:*', 5, 5);
+SELECT name, capacity, refill_rate, tokens, period FROM tb_status
+WHERE name IN ('month', 'user:ann', 'muser:ann') ORDER BY name;
+
+-- a memory quota of a second: spent, denied, and granted again at the next
+-- second's start, which retry_after says (the memory store's own arithmetic)
+SELECT tb_create_quota('second', 1, '1 second', 'UTC', '2025-01-01 00:00', memory => true);
+SELECT tb_acquire('second') AS first, tb_acquire('second') AS second;
+SELECT retry_after <= interval '1 second' AS within_a_second,
+	pg_sleep(extract(epoch FROM retry_after)::float8) IS NOT NULL AS slept FROM tb_try('second');
+SELECT tb_acquire('second') AS next_second;
+-- a wait in the server waits to the period's start
+SELECT tb_acquire('second') AS spent;
+SELECT tb_acquire_wait('second', 1, '5 seconds') AS waited;
+
+-- what tb_create_quota and the table refuse, each with its SQLSTATE
+SELECT c.call, r.code, r.message FROM (VALUES
+	($$SELECT tb_create_quota('x', 10, '1 month 2 days')$$),
+	($$SELECT tb_create_quota('x', 10, '0 days')$$),
+	($$SELECT tb_create_quota('x', 10, '1 day', 'Mars/Olympus')$$),
+	($$SELECT tb_create_quota('x', 10, '1 day', 'UTC', 'infinity')$$),
+	($$SELECT tb_create_quota('x', 0, '1 day')$$),
+	($$SELECT tb_create_quota('x', 'NaN', '1 day')$$),
+	($$SELECT tb_create_quota('x', 10, '1 day', carry_max => -1)$$),
+	($$SELECT tb_create_quota('x', 10, '1 day', carry_max => 'Infinity')$$),
+	($$SELECT tb_create_quota('', 10, '1 day')$$),
+	($$SELECT tb_create_quota('day', 10, '1 day')$$),
+	($$SELECT tb_create_quota('x', NULL, '1 day')$$),
+	($$INSERT INTO tb_buckets (name, capacity, refill_rate, period, period_anchor, time_zone)
+		VALUES ('x', 10, 11, '1 day', '2025-01-01', 'UTC')$$),
+	($$INSERT INTO tb_buckets (name, capacity, refill_rate, period) VALUES ('x', 10, 10, '1 day')$$),
+	($$INSERT INTO tb_buckets (name, capacity, refill_rate, time_zone) VALUES ('x', 10, 10, 'UTC')$$),
+	($$UPDATE tb_buckets SET period = '1 mon 1 day' WHERE name = 'day'$$),
+	($$UPDATE tb_buckets SET time_zone = 'Mars/Olympus' WHERE name = 'day'$$),
+	($$UPDATE tb_buckets SET refill_rate = 11 WHERE name = 'day'$$),
+	($$UPDATE tb_buckets SET period = '7 days' WHERE name = 'mday'$$),
+	($$SELECT tb_alter('day', 5)$$)
+) AS c(call), pg_temp.catch(c.call) AS r;
+-- a table quota's calendar may change in place; nothing else was written
+UPDATE tb_buckets SET period = '7 days', period_anchor = '2025-01-06' WHERE name = 'day';
+SELECT name, period, extract(isodow FROM period_start AT TIME ZONE time_zone) AS weekday,
+	period_end - period_start >= interval '7 days' AS a_week
+FROM tb_status WHERE name = 'day';
+SELECT count(*) AS buckets FROM tb_buckets;
+
+-- the privileges: tb_create_quota is the owner's, like tb_create
+SELECT has_function_privilege('public', 'tb_create_quota(text, float8, interval, text, timestamp, float8, boolean)',
+	'EXECUTE') AS public_may_create;
+
+DROP EXTENSION tokenbucket;
