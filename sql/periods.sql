@@ -69,7 +69,7 @@ SELECT n, tb_period_start('1 month', '2026-10-31 09:00', 'America/New_York',
 		'2026-11-15 00:00+00', n) AT TIME ZONE 'America/New_York' AS local_start
 FROM generate_series(-1, 18) AS n;
 
--- Three months from the 31st count from the anchor: May 31, Aug 31, Nov 30, Feb 28
+-- Three months from the 31st count from the anchor: May 31, Aug 31, Nov 30, Feb 29 (2028 a leap year)
 SELECT n, tb_period_start('3 months', '2027-05-31 00:00', 'UTC', '2027-06-01 00:00+00', n) AS start
 FROM generate_series(0, 3) AS n;
 
