@@ -44,7 +44,7 @@ bucket_deficit_at(const Bucket *bucket, TimestampTz at)
 
 	if (unlikely(BUCKET_PERIODIC(bucket)))
 	{
-		int64		periods = period_count(&bucket->period, bucket->updated_at, at);
+		int64		periods = period_count(bucket->period, bucket->updated_at, at);
 
 		if (periods == 0)
 			return bucket->deficit;
@@ -180,11 +180,11 @@ period_ready_at(const Bucket *bucket, double cost, double reserve,
 
 	if (!(periods < 1e12))
 		return hi >= END_TIMESTAMP ? DT_NOEND : hi;
-	n = period_index(&bucket->period, bucket->updated_at) + (int64) periods;
-	n = Max(n, period_index(&bucket->period, lo) + 1);
+	n = period_index(bucket->period, bucket->updated_at) + (int64) periods;
+	n = Max(n, period_index(bucket->period, lo) + 1);
 	for (int i = 0; i < 4; i++, n++)
 	{
-		TimestampTz start = period_start(&bucket->period, n);
+		TimestampTz start = period_start(bucket->period, n);
 
 		if (start >= hi)
 			break;
@@ -313,16 +313,18 @@ bucket_lower_to(Bucket *bucket, double tokens, TimestampTz at)
 static bool
 bucket_from_args(FunctionCallInfo fcinfo, int nargs, Bucket *bucket)
 {
+	BucketPeriod period;
+
+	bucket->period = NULL;
 	if (PG_NARGS() == nargs)
 	{
 		for (int i = 0; i < nargs - 3; i++)
 			if (PG_ARGISNULL(i))
 				return false;
-		if (!period_from_args(fcinfo, nargs - 3, &bucket->period))
+		if (!period_from_args(fcinfo, nargs - 3, &period))
 			return false;
+		bucket->period = period_intern(&period);
 	}
-	else
-		memset(&bucket->period, 0, sizeof(BucketPeriod));
 	bucket->capacity = PG_GETARG_FLOAT8(0);
 	bucket->refill_rate = PG_GETARG_FLOAT8(1);
 	bucket->deficit = PG_GETARG_FLOAT8(2);

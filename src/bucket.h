@@ -74,13 +74,18 @@ typedef struct Bucket
 	double		deficit;		/* tokens short of full at updated_at */
 	TimestampTz updated_at;		/* when deficit was last written */
 	TimestampTz paused_until;	/* no grants before this (DT_NOBEGIN: none) */
-	BucketPeriod period;		/* all zero: refills continuously */
+	const BucketPeriod *period; /* its calendar, interned; NULL: refills
+								 * continuously */
 } Bucket;
 
-/* Whether the bucket refills by periods rather than continuously. */
-#define BUCKET_PERIODIC(bucket) \
-	((bucket)->period.months != 0 || (bucket)->period.days != 0 || \
-	 (bucket)->period.usecs != 0)
+/*
+ * Whether the bucket refills by periods rather than continuously.  A
+ * calendar is kept once and shared by the buckets that have it (interned):
+ * a memory bucket's in shared memory (memory_calendar()), any other's in
+ * this backend (period_intern()).  Its address stands for its content as
+ * long as anyone can see it, so period.c compares addresses first.
+ */
+#define BUCKET_PERIODIC(bucket) ((bucket)->period != NULL)
 
 extern double bucket_deficit_at(const Bucket *bucket, TimestampTz at);
 extern double bucket_initial_deficit(const Bucket *settings);
@@ -116,5 +121,6 @@ extern void period_from_datums(BucketPeriod *period, const Datum *values,
 							   const bool *isnull);
 extern void period_to_datums(const BucketPeriod *period, Datum *values,
 							 char *nulls);
+extern const BucketPeriod *period_intern(const BucketPeriod *period);
 
 #endif							/* TOKENBUCKET_BUCKET_H */

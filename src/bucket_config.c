@@ -45,6 +45,16 @@ read_period(HeapTuple tuple, TupleDesc desc, int first, BucketPeriod *period)
 	period_from_datums(period, values, isnull);
 }
 
+/* The same, interned (NULL: none), for a Bucket. */
+static const BucketPeriod *
+read_interned_period(HeapTuple tuple, TupleDesc desc, int first)
+{
+	BucketPeriod period;
+
+	read_period(tuple, desc, first, &period);
+	return period_intern(&period);
+}
+
 /*
  * Copy the bucket state out of the first row SPI returned (its first eight
  * columns: BUCKET_COLUMNS, the period's last), and free the rows.
@@ -61,7 +71,7 @@ plan_read_bucket(Bucket *bucket)
 	bucket->deficit = DatumGetFloat8(SPI_getbinval(tuple, desc, 3, &isnull));
 	bucket->updated_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 4, &isnull));
 	bucket->paused_until = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 5, &isnull));
-	read_period(tuple, desc, 6, &bucket->period);
+	bucket->period = read_interned_period(tuple, desc, 6);
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = NULL;
 }
@@ -142,7 +152,7 @@ template_config(BucketConfig *config, double capacity, double refill_rate,
 	config->memory = memory;
 	config->bucket.capacity = capacity;
 	config->bucket.refill_rate = refill_rate;
-	config->bucket.period = *period;
+	config->bucket.period = period_intern(period);
 	config->bucket.deficit = bucket_initial_deficit(&config->bucket);
 	config->bucket.updated_at = now;
 	config->bucket.paused_until = DT_NOBEGIN;
@@ -393,7 +403,7 @@ bucket_config_insert_state(Oid relid, text *name, const Bucket *state,
 	args[3] = Float8GetDatum(state->deficit);
 	args[4] = TimestampTzGetDatum(state->updated_at);
 	args[5] = BoolGetDatum(memory);
-	period_to_datums(&state->period, args + 6, nulls + 6);
+	period_to_datums(state->period, args + 6, nulls + 6);
 	return plan_run(&insert_state_plan, relid, args, nulls) == 1;
 }
 
@@ -550,6 +560,7 @@ bucket_config_row_settings(HeapTuple row, TupleDesc desc, Bucket *settings)
 	Datum		values[3];
 	bool		isnull[3];
 	bool		null;
+	BucketPeriod period;
 
 	memset(settings, 0, sizeof(Bucket));
 	settings->capacity = DatumGetFloat8(heap_getattr(row, SPI_fnumber(desc, "capacity"),
@@ -557,7 +568,8 @@ bucket_config_row_settings(HeapTuple row, TupleDesc desc, Bucket *settings)
 	settings->refill_rate = DatumGetFloat8(heap_getattr(row, SPI_fnumber(desc, "refill_rate"),
 														desc, &null));
 	row_period(row, desc, values, isnull);
-	period_from_datums(&settings->period, values, isnull);
+	period_from_datums(&period, values, isnull);
+	settings->period = period_intern(&period);
 	settings->deficit = bucket_initial_deficit(settings);
 	settings->updated_at = GetCurrentTimestamp();
 	settings->paused_until = DT_NOBEGIN;

@@ -35,6 +35,9 @@
 /* Most memory templates with keys at once. */
 #define MEMORY_TEMPLATES	1024
 
+/* Most different calendars of memory quotas (memory_calendars.c). */
+#define MEMORY_CALENDARS	1024
+
 /*
  * The key of an entry: a bucket's name, and whether the entry is
  * provisional: made from configuration that its owner, a transaction in
@@ -151,6 +154,12 @@ extern void memory_remove_all(Oid dbid, Oid relid, const char *name, int len);
 extern void memory_lock_all(LWLockMode mode);
 extern void memory_unlock_all(void);
 extern int	memory_templates_of(Oid relid, SharedKey *names, int64 *keys);
+
+/* memory_calendars.c */
+extern Size memory_calendars_size(void);
+extern void memory_calendars_attach(void);
+extern const BucketPeriod *memory_calendar(const BucketPeriod *period);
+extern int	memory_calendars_count(void);
 
 /* memory_list.c */
 extern void memory_list(Oid relid, Tuplestorestate *store, TupleDesc desc);

@@ -16,6 +16,13 @@
  * on every call; almost always none, both in the period this backend last
  * computed for the same calendar.  So the last period computed is kept
  * ([start, end) of it) and answers that without converting any time.
+ * Calendars are interned (bucket.h): the same address is the same
+ * calendar, so the check compares addresses first, and the content only
+ * when they differ.  This backend's own (a table bucket's, an argument's)
+ * are kept here, in a hash of their content (period_intern()); never
+ * freed within a transaction, and dropped all at once, at the first
+ * interning of a transaction, when more than PERIOD_INTERNED_MAX of them
+ * have piled up: no Bucket outlives the transaction it was read in.
  *
  * src/period.c
  *
@@ -25,10 +32,13 @@
 
 #include "bucket.h"
 #include "common/int.h"
+#include "access/xact.h"
 #include "fmgr.h"
 #include "pgtime.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 /* An index beyond every period a timestamptz can hold (either way). */
@@ -38,11 +48,26 @@
 static struct
 {
 	bool		valid;
-	BucketPeriod period;
+	const BucketPeriod *address;	/* an interned calendar with ... */
+	BucketPeriod period;		/* ... this content */
 	int64		n;
 	TimestampTz start;
 	TimestampTz end;
 }			last;
+
+/* This backend's calendars, beyond which they go at a transaction's start. */
+#define PERIOD_INTERNED_MAX	1024
+
+static HTAB *interned = NULL;
+static bool interned_may_go = false;	/* a transaction ended since */
+
+/* Whether "period" is the calendar of the period kept. */
+static inline bool
+last_is(const BucketPeriod *period)
+{
+	return last.address == period ||
+		memcmp(&last.period, period, sizeof(BucketPeriod)) == 0;
+}
 
 /* floor(a / b) for b > 0. */
 static inline int64
@@ -161,6 +186,8 @@ period_start(const BucketPeriod *period, int64 n)
 /*
  * The index of the period "at" falls in: the last n whose start is not
  * after it.  Kept as this backend's last period (with its start and end).
+ * "period" is interned (bucket.h): a calendar on the stack, whose address
+ * the next could have, would pass for the last one.
  */
 int64
 period_index(const BucketPeriod *period, TimestampTz at)
@@ -168,8 +195,7 @@ period_index(const BucketPeriod *period, TimestampTz at)
 	int64		n;
 	int			steps = 0;
 
-	if (last.valid && last.start <= at && at < last.end &&
-		memcmp(&last.period, period, sizeof(BucketPeriod)) == 0)
+	if (last.valid && last.start <= at && at < last.end && last_is(period))
 		return last.n;
 
 	if (period->usecs != 0)
@@ -211,6 +237,7 @@ period_index(const BucketPeriod *period, TimestampTz at)
 			n++;
 
 	last.valid = false;
+	last.address = period;
 	last.period = *period;
 	last.n = n;
 	last.start = period_start(period, n);
@@ -231,8 +258,7 @@ period_count(const BucketPeriod *period, TimestampTz from, TimestampTz to)
 
 	if (to <= from)
 		return 0;
-	if (last.valid && last.start <= from && to < last.end &&
-		memcmp(&last.period, period, sizeof(BucketPeriod)) == 0)
+	if (last.valid && last.start <= from && to < last.end && last_is(period))
 		return 0;
 	n = period_index(period, from);
 	return period_index(period, to) - n;
@@ -353,16 +379,18 @@ Datum
 tb_period_start(PG_FUNCTION_ARGS)
 {
 	BucketPeriod period;
+	const BucketPeriod *interned_period;
 	int64		n;
 
 	for (int i = 0; i < PG_NARGS(); i++)
 		if (PG_ARGISNULL(i))
 			PG_RETURN_NULL();
 	(void) period_from_args(fcinfo, 0, &period);
-	n = period_index(&period, PG_GETARG_TIMESTAMPTZ(3));
+	interned_period = period_intern(&period);
+	n = period_index(interned_period, PG_GETARG_TIMESTAMPTZ(3));
 	if (PG_NARGS() > 4)
 		n += PG_GETARG_INT32(4);
-	PG_RETURN_TIMESTAMPTZ(period_start(&period, n));
+	PG_RETURN_TIMESTAMPTZ(period_start(interned_period, n));
 }
 
 /*
@@ -386,14 +414,16 @@ period_from_datums(BucketPeriod *period, const Datum *values, const bool *isnull
 
 /*
  * A period as the values of the columns period, period_anchor and
- * time_zone, for SPI ("nulls": 'n' for each NULL, a continuous bucket's).
+ * time_zone, for SPI ("nulls": 'n' for each NULL, a continuous bucket's:
+ * "period" NULL or all zero).
  */
 void
 period_to_datums(const BucketPeriod *period, Datum *values, char *nulls)
 {
 	Interval   *interval;
 
-	if (period->months == 0 && period->days == 0 && period->usecs == 0)
+	if (period == NULL ||
+		(period->months == 0 && period->days == 0 && period->usecs == 0))
 	{
 		memset(nulls, 'n', 3);
 		memset(values, 0, 3 * sizeof(Datum));
@@ -407,4 +437,54 @@ period_to_datums(const BucketPeriod *period, Datum *values, char *nulls)
 	values[1] = TimestampGetDatum(period->anchor);
 	values[2] = PointerGetDatum(cstring_to_text(period->zone));
 	memset(nulls, ' ', 3);
+}
+
+/* Transaction end: this backend's calendars may go at the next interning. */
+static void
+interned_xact_end(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PARALLEL_ABORT)
+		interned_may_go = true;
+}
+
+/*
+ * This backend's copy of calendar "period", which a Bucket refers to (NULL
+ * for a continuous bucket's, all zero): the same address for the same
+ * content until the transaction ends.  The first interning of a
+ * transaction drops them all when there are more than PERIOD_INTERNED_MAX
+ * (and forgets the period kept, whose address may come back).  A memory
+ * bucket's calendar is memory_calendar()'s, in shared memory.
+ */
+const BucketPeriod *
+period_intern(const BucketPeriod *period)
+{
+	static bool registered = false;
+	bool		found;
+
+	if (period->months == 0 && period->days == 0 && period->usecs == 0)
+		return NULL;
+	if (interned != NULL && interned_may_go &&
+		hash_get_num_entries(interned) > PERIOD_INTERNED_MAX)
+	{
+		hash_destroy(interned);
+		interned = NULL;
+		last.valid = false;
+	}
+	interned_may_go = false;
+	if (interned == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(BucketPeriod);
+		ctl.entrysize = sizeof(BucketPeriod);
+		ctl.hcxt = TopMemoryContext;
+		interned = hash_create("tokenbucket calendars", 16, &ctl,
+							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		if (!registered)
+			RegisterXactCallback(interned_xact_end, NULL);
+		registered = true;
+	}
+	return hash_search(interned, period, HASH_ENTER, &found);
 }

@@ -88,6 +88,7 @@ tb_create_quota(PG_FUNCTION_ARGS)
 	bool		memory;
 	TimestampTz now = GetCurrentTimestamp();
 	Bucket		quota = {0};
+	BucketPeriod period;
 	SpiSession	session;
 	bool		created;
 
@@ -106,13 +107,14 @@ tb_create_quota(PG_FUNCTION_ARGS)
 	check_amount("budget", budget, true);
 	check_amount("carry_max", carry_max, false);
 	check_amount("budget + carry_max", budget + carry_max, true);
-	period_set(&quota.period, PG_GETARG_INTERVAL_P(2),
+	period_set(&period, PG_GETARG_INTERVAL_P(2),
 			   PG_ARGISNULL(4) ?
 			   (pg_tzset(zone_name) ?
 				default_anchor(PG_GETARG_INTERVAL_P(2), zone_name, now) : 0) :
 			   PG_GETARG_TIMESTAMP(4),
 			   VARDATA_ANY(zone), VARSIZE_ANY_EXHDR(zone),
 			   ERRCODE_INVALID_PARAMETER_VALUE);
+	quota.period = period_intern(&period);
 	quota.capacity = budget + carry_max;
 	quota.refill_rate = budget;
 	quota.deficit = bucket_initial_deficit(&quota);

@@ -295,13 +295,15 @@ read_row(Relation rel, Oid pkey, Request *request)
 	found = found && !DatumGetBool(values[COL_MEMORY]);
 	if (found)
 	{
+		BucketPeriod period;
+
 		request->bucket.capacity = DatumGetFloat8(values[COL_CAPACITY]);
 		request->bucket.refill_rate = DatumGetFloat8(values[COL_REFILL_RATE]);
 		request->bucket.deficit = DatumGetFloat8(values[COL_DEFICIT]);
 		request->bucket.updated_at = DatumGetTimestampTz(values[COL_UPDATED_AT]);
 		request->bucket.paused_until = DatumGetTimestampTz(values[COL_PAUSED_UNTIL]);
-		period_from_datums(&request->bucket.period, values + COL_PERIOD,
-						   isnull + COL_PERIOD);
+		period_from_datums(&period, values + COL_PERIOD, isnull + COL_PERIOD);
+		request->bucket.period = period_intern(&period);
 		request->template_len = isnull[COL_TEMPLATE] ? 0 :
 			toast_raw_datum_size(values[COL_TEMPLATE]) - VARHDRSZ;
 	}
@@ -449,7 +451,7 @@ table_make(Oid relid, text *name, const Bucket *state, int template_len,
 	Datum		args[9];
 	char		nulls[10] = "         ";
 
-	period_to_datums(&state->period, args + 6, nulls + 6);
+	period_to_datums(state->period, args + 6, nulls + 6);
 	args[0] = PointerGetDatum(name);
 	args[1] = Float8GetDatum(state->capacity);
 	args[2] = Float8GetDatum(state->refill_rate);
