@@ -8,7 +8,15 @@
 #  - the server stopped over the period's end: the first call after the
 #    start sees the quota full again, table and memory; a memory quota
 #    after a crash is empty until the next period's start, and retry_after
-#    says when that is.
+#    says when that is;
+#  - a memory bucket costs no more shared memory than before quotas (its
+#    calendar is kept once, apart): 1,000,000 more buckets take under 450
+#    bytes each (about 390; 520 with the calendar in each);
+#  - the calendars of memory quotas, 1,024 different ones at most: the
+#    one too many is an error (53200, with a hint) where the quota is made
+#    or, from a template, first used; a quota of a calendar kept, a table
+#    quota, still made; a clean restart keeps only the calendars of the
+#    buckets saved.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -110,6 +118,70 @@ is($node->safe_psql('postgres',
 	         (SELECT granted FROM tb_try('mc', 3)), tb_acquire('s'), tb_acquire('ms'), tb_acquire('mc')}),
 	't|t|t|f|f|f',
 	'stopped over the period\'s end: the first call finds each quota full again, and one budget only');
+
+# 4: shared memory of 100 and of 1,000,100 memory buckets (server stopped)
+$node->stop;
+sub shared_mb
+{
+	my ($buckets) = @_;
+	my ($out, $err) = run_command([ 'postgres', '-D', $node->data_dir, '-C', 'shared_memory_size',
+		'-c', "tokenbucket.max_memory_buckets=$buckets" ]);
+	chomp $out;
+	return $out;
+}
+my ($small, $large) = (shared_mb(100), shared_mb(1000100));
+cmp_ok(($large - $small) * 1024 * 1024 / 1000000, '<', 450,
+	"a memory bucket takes under 450 bytes of shared memory ($small MB, $large MB)");
+
+# 5: new calendars until there is no room for one
+$node->start;
+my $filled = $node->safe_psql('postgres', q{
+	CREATE TABLE cal_error (i int, state text, message text, detail text, hint text);
+	DO $$
+	DECLARE
+		st text; msg text; det text; hnt text;
+	BEGIN
+		FOR i IN 1..1100 LOOP
+			BEGIN
+				PERFORM tb_create_quota('cal' || i, 10, '1 day', 'UTC',
+				                        '2025-01-01'::timestamp + i * interval '1 minute',
+				                        memory => true);
+			EXCEPTION WHEN OTHERS THEN
+				GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
+					det = PG_EXCEPTION_DETAIL, hnt = PG_EXCEPTION_HINT;
+				INSERT INTO cal_error VALUES (i, st, msg, det, hnt);
+				EXIT;
+			END;
+		END LOOP;
+	END $$;
+	SELECT i > 1000 AND i <= 1025, state, message, detail, hint,
+	       (SELECT count(*) FROM tb_buckets WHERE name = 'cal' || i)
+	FROM cal_error});
+is($filled, 't|53200|no room for the calendar of memory token bucket "cal' .
+	($node->safe_psql('postgres', 'SELECT i FROM cal_error')) . '"|All 1024 calendars of memory quotas are taken: ' .
+	'each different period, period_anchor and time_zone a memory bucket had since the server started takes one.|' .
+	'Give memory quotas of the same period the same period_anchor (tb_create_quota\'s "starts"), or make this one a ' .
+	'table quota; a restart frees the calendars no memory bucket has.|0',
+	'the memory quota of a calendar too many: 53200 with a hint, and no quota made');
+is($node->safe_psql('postgres', q{
+	SELECT tb_create_quota('same', 10, '1 day', 'UTC', '2025-01-01 00:01', memory => true),
+	       tb_create_quota('table', 10, '1 day', 'UTC', '2031-01-01'),
+	       tb_create_quota('newt:*', 10, '1 day', 'UTC', '2031-01-01', memory => true);
+	SELECT tb_acquire('same', 10), tb_acquire('same'), tb_acquire('table', 10), tb_acquire('table')}),
+	'||
+t|f|t|f', 'a full table of calendars: a memory quota of a calendar kept, a table quota, a template still made and charged');
+my ($rc, $out, $err) = $node->psql('postgres', q{SELECT tb_acquire('newt:1')});
+like($err, qr/no room for the calendar of memory token bucket "newt:1".*HINT:  Give memory quotas/s,
+	'a memory template\'s key of a calendar too many: the error at its first call');
+$node->safe_psql('postgres', q{SELECT count(tb_drop('cal' || i)) FROM generate_series(1, 1100) AS i
+	WHERE EXISTS (SELECT FROM tb_buckets WHERE name = 'cal' || i)});
+$node->restart;
+is($node->safe_psql('postgres', q{
+	SELECT tb_create_quota('fresh', 10, '1 day', 'UTC', '2032-01-01', memory => true);
+	SELECT tb_acquire('same'), tb_acquire('fresh', 10), tb_acquire('fresh'), tb_acquire('newt:1'),
+	       (SELECT count(*) FROM tb_memory_buckets() WHERE name = 'newt:1')}),
+	'
+f|t|f|f|1', 'after a clean restart, the calendars of buckets dropped are free, those saved kept (a new key: empty since part 2\'s crash)');
 
 $node->stop;
 done_testing();
