@@ -62,10 +62,11 @@ typedef struct MemoryTemplate
  * A memory bucket.  What a call on it reads or writes comes right after
  * the key, in the cache line the key ends in and the next, and the hash
  * gives each entry whole cache lines (entry_room() in memory_entries.c): a
- * call touches three lines of it, the key's first and those two, and a
- * template key's grant a fourth for its counters, which a quota's
- * calendar (the cold end of its Bucket) comes before.  On a random one of
- * many buckets each is a cache miss.
+ * call touches three lines of it, the key's first and those two (a
+ * template key's grant writes its first two counters, in the last).  A
+ * quota's calendar is not in the entry but pointed at (Bucket.period,
+ * memory_calendars.c): buckets that are no quota pay nothing for it, in
+ * room or in lines.  On a random one of many buckets each is a cache miss.
  */
 typedef struct MemoryEntry
 {
