@@ -38,8 +38,13 @@ INSERT INTO samples VALUES
 	(NULL, 'pid', 'pg_backend_pid()'),
 	(NULL, 'started', '(SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())'),
 	(NULL, 'xid', 'pg_current_xact_id()'),
+	-- a quota's settings, and a period's
+	(NULL, 'budget', '10'), (NULL, 'period', '''1 day'''), (NULL, 'time_zone', '''UTC'''),
+	(NULL, 'starts', '''2025-01-01'''), (NULL, 'carry_max', '0'),
+	(NULL, 'period_anchor', '''2025-01-01'''), (NULL, 'n', '1'),
 	-- names that do not exist yet, and limits
 	('tb_create', 'name', '''new'''), ('tb_ensure', 'name', '''new'''),
+	('tb_create_quota', 'name', '''new'''),
 	('tb_create_limit', 'name', '''new'''), ('tb_ensure_limit', 'name', '''new'''),
 	('tb_alter_limit', 'name', '''l'''), ('tb_lease', 'name', '''l'''),
 	('tb_lease_wait', 'name', '''l'''), ('tb_lease_all', 'name', '''l'''),
@@ -75,7 +80,16 @@ INSERT INTO documented VALUES
 	('tb_holder_alive', 'pid', 'a transaction''s holder: this one', '^result: \{true\}$'),
 	('tb_holder_alive', 'started', 'a transaction''s holder: this one', '^result: \{true\}$'),
 	('tb_set_parent', 'parent', 'no parent', '^result: \{""\}$'),
-	-- the pure helpers: STRICT, NULL in, NULL out
+	('tb_create_quota', 'starts', 'the current day, month or hour', '^result: \{""\}$'),
+	-- the pure helpers: STRICT, NULL in, NULL out; their 1.9 forms are
+	-- not, but give NULL as well, except for a NULL period: a continuous
+	-- bucket's answer
+	('tb_take', 'period', 'continuous', '^result: \{[^N]'),
+	('tb_tokens', 'period', 'continuous', '^result: \{[^N]'),
+	('tb_full_at', 'period', 'continuous', '^result: \{[^N]'),
+	('tb_ready_at', 'period', 'continuous', '^result: \{[^N]'),
+	('tb_resize', 'period', 'continuous', '^result: \{[^N]'),
+	('tb_period_start', NULL, 'pure: NULL', '^result: \{NULL\}$'),
 	('tb_take', NULL, 'pure: NULL', '^result: \{NULL\}$'),
 	('tb_tokens', NULL, 'pure: NULL', '^result: \{NULL\}$'),
 	('tb_full_at', NULL, 'pure: NULL', '^result: \{NULL\}$'),

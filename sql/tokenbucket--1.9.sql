@@ -45,6 +45,9 @@ CREATE TABLE @extschema@.tb_buckets (
 	paused_until timestamptz NOT NULL DEFAULT '-infinity',
 	template text,
 	memory boolean NOT NULL DEFAULT false,
+	period interval,
+	period_anchor timestamp,
+	time_zone text,
 	CONSTRAINT tb_buckets_check CHECK (@extschema@.tb_check_bucket(name,
 		capacity, refill_rate, deficit, updated_at))
 );
@@ -1311,3 +1314,206 @@ COMMENT ON FUNCTION @extschema@.tb_set_parent(text, text) IS
 	'give a bucket, or each key of a template, a parent charged with it (NULL: none)';
 
 REVOKE ALL ON FUNCTION @extschema@.tb_set_parent(text, text) FROM PUBLIC;
+
+-- 1.9: quotas over calendar periods.  A period bucket (a quota) gets its
+-- tokens back all at once at each period's start, by the calendar of a
+-- time zone: refill_rate is then the tokens added at each start, not per
+-- second.  period: whole months, whole days, or a duration (NULL: a
+-- continuous bucket); period_anchor: a local time at which a period
+-- starts; time_zone: the zone of that calendar.  The helpers take them
+-- as three more arguments, NULL for a continuous bucket: forms that are
+-- not STRICT (NULL in another argument still gives NULL).
+--
+CREATE FUNCTION @extschema@.tb_take(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, paused_until timestamptz,
+	cost float8, at timestamptz, reserve float8, period interval,
+	period_anchor timestamp, time_zone text)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_take'
+LANGUAGE C IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_take(float8, float8, float8, timestamptz, timestamptz, float8, timestamptz, float8, interval, timestamp, text) IS
+	'deficit after taking cost tokens at a moment, leaving reserve x capacity, from a bucket with a period (NULL: continuous), or NULL when it is paused or does not hold them';
+
+CREATE FUNCTION @extschema@.tb_tokens(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, at timestamptz, period interval,
+	period_anchor timestamp, time_zone text)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_tokens'
+LANGUAGE C IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_tokens(float8, float8, float8, timestamptz, timestamptz, interval, timestamp, text) IS
+	'tokens a bucket with a period (NULL: continuous) holds at a moment';
+
+CREATE FUNCTION @extschema@.tb_full_at(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, period interval,
+	period_anchor timestamp, time_zone text)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'tb_full_at'
+LANGUAGE C IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_full_at(float8, float8, float8, timestamptz, interval, timestamp, text) IS
+	'when a bucket with a period (NULL: continuous) is, or was, full';
+
+CREATE FUNCTION @extschema@.tb_ready_at(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, paused_until timestamptz,
+	cost float8, at timestamptz, period interval, period_anchor timestamp,
+	time_zone text)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'tb_ready_at'
+LANGUAGE C IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_ready_at(float8, float8, float8, timestamptz, timestamptz, float8, timestamptz, interval, timestamp, text) IS
+	'the first moment, not before at, at which a bucket with a period (NULL: continuous) grants cost tokens';
+
+CREATE FUNCTION @extschema@.tb_resize(capacity float8, refill_rate float8,
+	deficit float8, updated_at timestamptz, new_capacity float8, at timestamptz,
+	period interval, period_anchor timestamp, time_zone text)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_resize'
+LANGUAGE C IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_resize(float8, float8, float8, timestamptz, float8, timestamptz, interval, timestamp, text) IS
+	'deficit after giving a bucket with a period (NULL: continuous) a new capacity at a moment, keeping its tokens, capped';
+
+-- the start of the period a moment falls in (n: of the n-th after it)
+CREATE FUNCTION @extschema@.tb_period_start(period interval,
+	period_anchor timestamp, time_zone text, at timestamptz, n integer DEFAULT 0)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'tb_period_start'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_period_start(interval, timestamp, text, timestamptz, integer) IS
+	'the start of the period a moment falls in, or with n, of the n-th period after it, by a period bucket''s calendar';
+
+COMMENT ON COLUMN @extschema@.tb_buckets.period IS
+	'a period bucket''s period: whole months, whole days, or a duration (NULL: refills continuously)';
+COMMENT ON COLUMN @extschema@.tb_buckets.period_anchor IS
+	'a local time at which a period starts, in time_zone';
+COMMENT ON COLUMN @extschema@.tb_buckets.time_zone IS
+	'the time zone of a period bucket''s calendar';
+COMMENT ON COLUMN @extschema@.tb_buckets.refill_rate IS
+	'tokens added per second (a period bucket''s: at each period''s start)';
+
+-- the row checks (the trigger's) cover a quota's settings too
+CREATE OR REPLACE TRIGGER tb_buckets_memory_update
+	AFTER UPDATE OF name, capacity, refill_rate, memory, period, period_anchor, time_zone
+	ON @extschema@.tb_buckets
+	FOR EACH ROW EXECUTE FUNCTION @extschema@.tb_buckets_changed();
+
+--
+-- A quota: budget tokens at each start of period (by the calendar of
+-- time_zone, from the local time starts: by default the start of the
+-- current month, day or hour), at most carry_max more carried over from
+-- earlier periods; it starts with budget tokens.  A name ending in * is a
+-- template whose buckets are such quotas.  The DBA's, like tb_create.
+--
+CREATE FUNCTION @extschema@.tb_create_quota(name text, budget float8, period interval,
+	time_zone text DEFAULT 'UTC', starts timestamp DEFAULT NULL,
+	carry_max float8 DEFAULT 0, memory boolean DEFAULT false)
+RETURNS void
+AS 'MODULE_PATHNAME', 'tb_create_quota'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_create_quota(text, float8, interval, text, timestamp, float8, boolean) IS
+	'a quota: a bucket that gets budget tokens at each start of a calendar period in a time zone, carrying over at most carry_max';
+
+REVOKE ALL ON FUNCTION @extschema@.tb_create_quota(text, float8, interval, text, timestamp, float8, boolean) FROM PUBLIC;
+
+--
+-- tb_status with each bucket's period: period, the start and end of the
+-- period it is in now, and its time zone (NULL for continuous buckets and
+-- for limits).  A memory template's buckets have their template's.
+--
+CREATE OR REPLACE VIEW @extschema@.tb_status AS
+WITH m AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_memory_buckets()
+), ml AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_memory_leases()
+), e AS (
+	SELECT @extschema@.tb_memory_empty_at() AS empty_at
+), b AS (
+	-- table buckets, and every template
+	SELECT b.name, b.capacity, b.refill_rate, b.deficit, b.updated_at,
+		b.paused_until, b.template, b.memory, b.period, b.period_anchor, b.time_zone
+	FROM @extschema@.tb_buckets AS b
+	WHERE NOT b.memory OR b.name OPERATOR(pg_catalog.~~) '%*'
+	UNION ALL
+	-- named memory buckets: their state, or the state they would start with
+	SELECT b.name, b.capacity, b.refill_rate,
+		CASE WHEN m.name IS NOT NULL THEN m.deficit
+			WHEN e.empty_at OPERATOR(pg_catalog.=) '-infinity' THEN
+				CASE WHEN b.period IS NULL THEN 0
+					ELSE b.capacity OPERATOR(pg_catalog.-) b.refill_rate END
+			ELSE b.capacity END,
+		CASE WHEN m.name IS NOT NULL THEN m.updated_at
+			WHEN e.empty_at OPERATOR(pg_catalog.=) '-infinity' THEN b.updated_at
+			ELSE e.empty_at END,
+		coalesce(m.paused_until, '-infinity'), NULL, true,
+		b.period, b.period_anchor, b.time_zone
+	FROM @extschema@.tb_buckets AS b
+	CROSS JOIN e
+	LEFT JOIN m ON m.name OPERATOR(pg_catalog.=) b.name
+	WHERE b.memory AND b.name OPERATOR(pg_catalog.!~~) '%*'
+	UNION ALL
+	-- buckets made from memory templates
+	SELECT m.name, m.capacity, m.refill_rate, m.deficit, m.updated_at,
+		m.paused_until, m.template, true, t.period, t.period_anchor, t.time_zone
+	FROM m
+	LEFT JOIN @extschema@.tb_buckets AS t ON t.name OPERATOR(pg_catalog.=) m.template
+	WHERE m.template IS NOT NULL
+)
+SELECT b.name,
+	b.capacity,
+	b.refill_rate,
+	s.tokens,
+	@extschema@.tb_full_at(b.capacity, b.refill_rate, b.deficit, b.updated_at,
+		b.period, b.period_anchor, b.time_zone) AS full_at,
+	CASE WHEN b.paused_until OPERATOR(pg_catalog.>) s.at THEN b.paused_until END AS paused_until,
+	GREATEST(0, OPERATOR(pg_catalog.-) s.tokens) AS debt,
+	b.template,
+	b.name OPERATOR(pg_catalog.~~) '%*' AS is_template,
+	b.memory,
+	NULL::integer AS max_in_flight,
+	NULL::integer AS in_flight,
+	b.period,
+	@extschema@.tb_period_start(b.period, b.period_anchor, b.time_zone, s.at) AS period_start,
+	@extschema@.tb_period_start(b.period, b.period_anchor, b.time_zone, s.at, 1) AS period_end,
+	b.time_zone
+FROM b,
+	LATERAL (SELECT @extschema@.tb_tokens(b.capacity, b.refill_rate, b.deficit,
+			b.updated_at, c.at, b.period, b.period_anchor, b.time_zone) AS tokens, c.at
+		FROM (SELECT pg_catalog.clock_timestamp() AS at) AS c) AS s
+UNION ALL
+SELECT l.name, NULL, NULL, NULL, NULL, NULL, NULL, l.template,
+	l.name OPERATOR(pg_catalog.~~) '%*', l.memory, l.max_in_flight,
+	CASE WHEN l.memory THEN
+		coalesce((SELECT pg_catalog.sum(h.slots) FROM ml AS h
+			WHERE h.name OPERATOR(pg_catalog.=) l.name), 0)::integer
+	ELSE
+		(SELECT pg_catalog.count(*) FROM @extschema@.tb_lease_slots AS h
+			WHERE h.name OPERATOR(pg_catalog.=) l.name AND h.lease IS NOT NULL
+				AND (h.expires IS NULL OR h.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())
+				AND @extschema@.tb_holder_alive(h.pid, h.started, h.xid))::integer
+	END,
+	NULL, NULL, NULL, NULL
+FROM (
+	-- limits and templates of limits
+	SELECT n.name, NULL::text AS template, n.max_in_flight, n.memory
+	FROM @extschema@.tb_limits AS n
+	UNION ALL
+	-- names templates made, with their template's settings
+	SELECT k.name, t.name, t.max_in_flight, t.memory
+	FROM (SELECT DISTINCT s.name FROM @extschema@.tb_lease_slots AS s
+		UNION SELECT h.name FROM ml AS h) AS k
+	CROSS JOIN LATERAL (
+		SELECT t.name, t.max_in_flight, t.memory FROM @extschema@.tb_limits AS t
+		WHERE t.name OPERATOR(pg_catalog.~~) '%*'
+			AND pg_catalog.starts_with(k.name, pg_catalog.left(t.name, -1))
+		ORDER BY pg_catalog.octet_length(t.name) DESC LIMIT 1) AS t
+	WHERE NOT EXISTS (SELECT FROM @extschema@.tb_limits AS o
+		WHERE o.name OPERATOR(pg_catalog.=) k.name)
+) AS l;
+
+COMMENT ON VIEW @extschema@.tb_status IS
+	'each bucket''s settings, the tokens it holds now, when it is full, its pause, its debt, its template, whether it is a memory bucket, and a quota''s period, its current period''s start and end and its time zone; and each limit''s max_in_flight and the slots held now';

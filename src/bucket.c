@@ -8,6 +8,10 @@
  * tb_tokens() and tb_full_at(), and the C entry points directly.  None of
  * these functions touch a table; tokenbucket.c does that.
  *
+ * A period bucket (a quota) gains refill_rate tokens at each start of a
+ * period of its calendar (period.c) instead: the same arithmetic with the
+ * number of periods begun in place of the seconds elapsed.
+ *
  * Time only ever moves a bucket forward: a moment earlier than updated_at
  * (a clock stepped back, or a caller that read the clock before waiting on
  * a row lock) sees the bucket as it was at updated_at, and updated_at never
@@ -38,8 +42,28 @@ bucket_deficit_at(const Bucket *bucket, TimestampTz at)
 	if (at <= bucket->updated_at)
 		return bucket->deficit;
 
+	if (unlikely(BUCKET_PERIODIC(bucket)))
+	{
+		int64		periods = period_count(bucket->period, bucket->updated_at, at);
+
+		if (periods == 0)
+			return bucket->deficit;
+		return fmax(0.0, bucket->deficit - (double) periods * bucket->refill_rate);
+	}
 	elapsed = ((double) at - (double) bucket->updated_at) / USECS_PER_SEC;
 	return fmax(0.0, bucket->deficit - elapsed * bucket->refill_rate);
+}
+
+/*
+ * The deficit a new bucket with these settings starts with: none (full),
+ * but a period bucket holds one period's tokens (refill_rate), not what
+ * it may carry over besides.
+ */
+double
+bucket_initial_deficit(const Bucket *settings)
+{
+	return BUCKET_PERIODIC(settings) ?
+		fmax(0.0, settings->capacity - settings->refill_rate) : 0.0;
 }
 
 /* Tokens the bucket holds at "at". */
@@ -139,6 +163,38 @@ bucket_take(Bucket *bucket, double cost, double reserve, TimestampTz at)
 }
 
 /*
+ * bucket_ready_at() of a period bucket, refused at "lo" and granted at
+ * "hi": tokens come only at a period's start, so the answer is the start
+ * of the period that brings enough, the k-th after updated_at's for k =
+ * the tokens missing / refill_rate, confirmed by bucket_holds() (or the
+ * next, should rounding have missed it).
+ */
+static TimestampTz
+period_ready_at(const Bucket *bucket, double cost, double reserve,
+				TimestampTz lo, TimestampTz hi)
+{
+	double		missing = bucket->deficit + cost + reserve * bucket->capacity -
+		bucket->capacity;
+	double		periods = fmax(1.0, ceil(missing / bucket->refill_rate));
+	int64		n;
+
+	if (!(periods < 1e12))
+		return hi >= END_TIMESTAMP ? DT_NOEND : hi;
+	n = period_index(bucket->period, bucket->updated_at) + (int64) periods;
+	n = Max(n, period_index(bucket->period, lo) + 1);
+	for (int i = 0; i < 4; i++, n++)
+	{
+		TimestampTz start = period_start(bucket->period, n);
+
+		if (start >= hi)
+			break;
+		if (bucket_holds(bucket, cost, reserve, start))
+			return start;
+	}
+	return hi >= END_TIMESTAMP ? DT_NOEND : hi;
+}
+
+/*
  * The first microsecond, not before "at", at which the bucket holds "cost"
  * tokens and its "reserve" besides: exactly the first one bucket_holds()
  * accepts, at any capacity and rate.  The estimate from the refill rate is usually that microsecond
@@ -165,6 +221,9 @@ bucket_ready_at(const Bucket *bucket, double cost, double reserve,
 		hi = END_TIMESTAMP;
 	if (!bucket_holds(bucket, cost, reserve, hi))
 		return hi >= END_TIMESTAMP ? DT_NOEND : hi;
+
+	if (BUCKET_PERIODIC(bucket))
+		return period_ready_at(bucket, cost, reserve, lo, hi);
 
 	/* now lo is refused and hi granted; start from the estimate */
 	wait = ceil((bucket->deficit + cost + reserve * bucket->capacity -
@@ -246,18 +305,32 @@ bucket_lower_to(Bucket *bucket, double tokens, TimestampTz at)
 	bucket->updated_at = Max(bucket->updated_at, at);
 }
 
-/* Build a Bucket (not paused) from the first four arguments of a helper. */
-static Bucket
-bucket_from_args(FunctionCallInfo fcinfo)
+/*
+ * Build a Bucket (not paused) from the first four arguments of a helper,
+ * and with "nargs" arguments, its period from the last three (a form of
+ * 1.9 that is not STRICT: NULL in the others gives false).  Else false.
+ */
+static bool
+bucket_from_args(FunctionCallInfo fcinfo, int nargs, Bucket *bucket)
 {
-	Bucket		bucket;
+	BucketPeriod period;
 
-	bucket.capacity = PG_GETARG_FLOAT8(0);
-	bucket.refill_rate = PG_GETARG_FLOAT8(1);
-	bucket.deficit = PG_GETARG_FLOAT8(2);
-	bucket.updated_at = PG_GETARG_TIMESTAMPTZ(3);
-	bucket.paused_until = DT_NOBEGIN;
-	return bucket;
+	bucket->period = NULL;
+	if (PG_NARGS() == nargs)
+	{
+		for (int i = 0; i < nargs - 3; i++)
+			if (PG_ARGISNULL(i))
+				return false;
+		if (!period_from_args(fcinfo, nargs - 3, &period))
+			return false;
+		bucket->period = period_intern(&period);
+	}
+	bucket->capacity = PG_GETARG_FLOAT8(0);
+	bucket->refill_rate = PG_GETARG_FLOAT8(1);
+	bucket->deficit = PG_GETARG_FLOAT8(2);
+	bucket->updated_at = PG_GETARG_TIMESTAMPTZ(3);
+	bucket->paused_until = DT_NOBEGIN;
+	return true;
 }
 
 /*
@@ -295,15 +368,19 @@ PG_FUNCTION_INFO_V1(tb_take);
  * holds that share of its capacity afterwards).  The acquire UPDATE uses
  * it both to filter and to set the row.  Version 1.0 declared it without
  * paused_until, 1.7 added the form with reserve (a statement of its own,
- * so that a take without one runs the statement it always did).
+ * so that a take without one runs the statement it always did), 1.9 the
+ * form with reserve and the bucket's period (period, period_anchor,
+ * time_zone: NULL for a continuous bucket), which the table store uses.
  */
 Datum
 tb_take(PG_FUNCTION_ARGS)
 {
-	Bucket		bucket = bucket_from_args(fcinfo);
+	Bucket		bucket;
 	int			cost_arg = PG_NARGS() >= 7 ? 5 : 4;
-	double		reserve = PG_NARGS() == 8 ? PG_GETARG_FLOAT8(7) : 0;
+	double		reserve = PG_NARGS() >= 8 ? PG_GETARG_FLOAT8(7) : 0;
 
+	if (!bucket_from_args(fcinfo, 11, &bucket))
+		PG_RETURN_NULL();
 	if (PG_NARGS() >= 7)
 		bucket.paused_until = PG_GETARG_TIMESTAMPTZ(4);
 	take_seen = bucket;
@@ -316,11 +393,17 @@ tb_take(PG_FUNCTION_ARGS)
 
 PG_FUNCTION_INFO_V1(tb_tokens);
 
-/* tb_tokens(capacity, refill_rate, deficit, updated_at, at): tokens held at "at". */
+/*
+ * tb_tokens(capacity, refill_rate, deficit, updated_at, at [, period,
+ * period_anchor, time_zone]): tokens held at "at".
+ */
 Datum
 tb_tokens(PG_FUNCTION_ARGS)
 {
-	Bucket		bucket = bucket_from_args(fcinfo);
+	Bucket		bucket;
+
+	if (!bucket_from_args(fcinfo, 8, &bucket))
+		PG_RETURN_NULL();
 
 	PG_RETURN_FLOAT8(bucket_tokens_at(&bucket, PG_GETARG_TIMESTAMPTZ(4)));
 }
@@ -329,13 +412,17 @@ PG_FUNCTION_INFO_V1(tb_ready_at);
 
 /*
  * tb_ready_at(capacity, refill_rate, deficit, updated_at, paused_until,
- * cost, at): the first moment, not before "at", at which the bucket
- * grants "cost" (bucket_ready_at(): what retry_after counts down to).
+ * cost, at [, period, period_anchor, time_zone]): the first moment, not
+ * before "at", at which the bucket grants "cost" (bucket_ready_at(): what
+ * retry_after counts down to).
  */
 Datum
 tb_ready_at(PG_FUNCTION_ARGS)
 {
-	Bucket		bucket = bucket_from_args(fcinfo);
+	Bucket		bucket;
+
+	if (!bucket_from_args(fcinfo, 10, &bucket))
+		PG_RETURN_NULL();
 
 	bucket.paused_until = PG_GETARG_TIMESTAMPTZ(4);
 	PG_RETURN_TIMESTAMPTZ(bucket_ready_at(&bucket, PG_GETARG_FLOAT8(5), 0,
@@ -345,15 +432,19 @@ tb_ready_at(PG_FUNCTION_ARGS)
 PG_FUNCTION_INFO_V1(tb_resize);
 
 /*
- * tb_resize(capacity, refill_rate, deficit, updated_at, new_capacity, at):
- * the deficit of the bucket given a new capacity at "at", keeping the
- * tokens it holds then, capped (bucket_reconfigure()).  tb_alter of a
- * template applies it to every bucket made from the template.
+ * tb_resize(capacity, refill_rate, deficit, updated_at, new_capacity, at
+ * [, period, period_anchor, time_zone]): the deficit of the bucket given a
+ * new capacity at "at", keeping the tokens it holds then, capped
+ * (bucket_reconfigure()).  tb_alter of a template applies it to every
+ * bucket made from the template.
  */
 Datum
 tb_resize(PG_FUNCTION_ARGS)
 {
-	Bucket		bucket = bucket_from_args(fcinfo);
+	Bucket		bucket;
+
+	if (!bucket_from_args(fcinfo, 9, &bucket))
+		PG_RETURN_NULL();
 
 	bucket_reconfigure(&bucket, PG_GETARG_FLOAT8(4), bucket.refill_rate,
 					   PG_GETARG_TIMESTAMPTZ(5));
@@ -362,11 +453,17 @@ tb_resize(PG_FUNCTION_ARGS)
 
 PG_FUNCTION_INFO_V1(tb_full_at);
 
-/* tb_full_at(capacity, refill_rate, deficit, updated_at): when it is full. */
+/*
+ * tb_full_at(capacity, refill_rate, deficit, updated_at [, period,
+ * period_anchor, time_zone]): when it is full.
+ */
 Datum
 tb_full_at(PG_FUNCTION_ARGS)
 {
-	Bucket		bucket = bucket_from_args(fcinfo);
+	Bucket		bucket;
+
+	if (!bucket_from_args(fcinfo, 7, &bucket))
+		PG_RETURN_NULL();
 
 	PG_RETURN_TIMESTAMPTZ(bucket_full_at(&bucket));
 }

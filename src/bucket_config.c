@@ -26,12 +26,38 @@
 #include "commands/trigger.h"
 #include "common.h"
 #include "shmem.h"
+#include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 /*
- * Copy the bucket state out of the first row SPI returned (its first five
- * columns: BUCKET_COLUMNS), and free the rows.
+ * Columns "first" to "first" + 2 of an SPI row (period, period_anchor,
+ * time_zone) as a period.
+ */
+static void
+read_period(HeapTuple tuple, TupleDesc desc, int first, BucketPeriod *period)
+{
+	Datum		values[3];
+	bool		isnull[3];
+
+	for (int i = 0; i < 3; i++)
+		values[i] = SPI_getbinval(tuple, desc, first + i, &isnull[i]);
+	period_from_datums(period, values, isnull);
+}
+
+/* The same, interned (NULL: none), for a Bucket. */
+static const BucketPeriod *
+read_interned_period(HeapTuple tuple, TupleDesc desc, int first)
+{
+	BucketPeriod period;
+
+	read_period(tuple, desc, first, &period);
+	return period_intern(&period);
+}
+
+/*
+ * Copy the bucket state out of the first row SPI returned (its first eight
+ * columns: BUCKET_COLUMNS, the period's last), and free the rows.
  */
 void
 plan_read_bucket(Bucket *bucket)
@@ -45,6 +71,7 @@ plan_read_bucket(Bucket *bucket)
 	bucket->deficit = DatumGetFloat8(SPI_getbinval(tuple, desc, 3, &isnull));
 	bucket->updated_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 4, &isnull));
 	bucket->paused_until = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 5, &isnull));
+	bucket->period = read_interned_period(tuple, desc, 6);
 	SPI_freetuptable(SPI_tuptable);
 	SPI_tuptable = NULL;
 }
@@ -59,7 +86,8 @@ run(KeptPlan *plan, Oid relid, Datum *args, bool latest)
 
 /* A name's row: its state, kind and template */
 static KeptPlan read_plan = {
-	.sql = "SELECT capacity, refill_rate, deficit, updated_at, paused_until, memory,"
+	.sql = "SELECT capacity, refill_rate, deficit, updated_at, paused_until,"
+	" period, period_anchor, time_zone, memory,"
 	" pg_catalog.octet_length(template), xmin FROM %1$s.tb_buckets"
 	" WHERE name OPERATOR(pg_catalog.=) $1",
 	.nargs = 1, .argtypes = {TEXTOID}
@@ -67,12 +95,22 @@ static KeptPlan read_plan = {
 
 /* The longest template prefix of $1; the partial index holds templates. */
 static KeptPlan template_plan = {
-	.sql = "SELECT capacity, refill_rate, pg_catalog.octet_length(name), memory, xmin"
-	" FROM %1$s.tb_buckets"
+	.sql = "SELECT capacity, refill_rate, pg_catalog.octet_length(name), memory, xmin,"
+	" period, period_anchor, time_zone FROM %1$s.tb_buckets"
 	" WHERE name OPERATOR(pg_catalog.~~) '%%*'"
 	" AND pg_catalog.starts_with($1, pg_catalog.left(name, -1))"
 	" ORDER BY pg_catalog.octet_length(name) DESC LIMIT 1",
 	.nargs = 1, .argtypes = {TEXTOID}
+};
+
+/* A new row in a state of its own (a quota's), with its period. */
+static KeptPlan insert_state_plan = {
+	.sql = "INSERT INTO %1$s.tb_buckets (name, capacity, refill_rate, deficit, updated_at, memory,"
+	" period, period_anchor, time_zone)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (name) DO NOTHING",
+	.nargs = 9, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID, BOOLOID,
+	INTERVALOID, TIMESTAMPOID, TEXTOID},
+	.holds = HELD_BUCKET
 };
 
 /* A new row, full (the columns' defaults describe a full bucket). */
@@ -102,17 +140,20 @@ static KeptPlan memory_delete_plan = {
 
 /*
  * A name's configuration from its template (of "len" bytes, its '*'
- * included): the full bucket it makes at "now".
+ * included): the new bucket it makes at "now" (full; a quota: with a
+ * period's tokens, bucket_initial_deficit()).
  */
 static void
 template_config(BucketConfig *config, double capacity, double refill_rate,
-				int len, bool memory, bool mine, TimestampTz now)
+				const BucketPeriod *period, int len, bool memory, bool mine,
+				TimestampTz now)
 {
 	config->source = CONFIG_TEMPLATE;
 	config->memory = memory;
 	config->bucket.capacity = capacity;
 	config->bucket.refill_rate = refill_rate;
-	config->bucket.deficit = 0;
+	config->bucket.period = period_intern(period);
+	config->bucket.deficit = bucket_initial_deficit(&config->bucket);
 	config->bucket.updated_at = now;
 	config->bucket.paused_until = DT_NOBEGIN;
 	config->template_len = len;
@@ -121,7 +162,8 @@ template_config(BucketConfig *config, double capacity, double refill_rate,
 
 /* Every template, for the copy below; the partial index holds them. */
 static KeptPlan templates_plan = {
-	.sql = "SELECT name, capacity, refill_rate, memory FROM %1$s.tb_buckets"
+	.sql = "SELECT name, capacity, refill_rate, memory, period, period_anchor, time_zone"
+	" FROM %1$s.tb_buckets"
 	" WHERE name OPERATOR(pg_catalog.~~) '%%*'",
 	.nargs = 0
 };
@@ -148,6 +190,7 @@ typedef struct CopiedTemplate
 	double		capacity;
 	double		refill_rate;
 	bool		memory;
+	BucketPeriod period;
 } CopiedTemplate;
 
 static struct
@@ -207,6 +250,7 @@ template_copy_current(Oid relid, uint64 generation)
 			t->capacity = DatumGetFloat8(SPI_getbinval(tuple, desc, 2, &isnull));
 			t->refill_rate = DatumGetFloat8(SPI_getbinval(tuple, desc, 3, &isnull));
 			t->memory = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
+			read_period(tuple, desc, 5, &t->period);
 			template_copy.memory_count += t->memory ? 1 : 0;
 		}
 		MemoryContextSwitchTo(old);
@@ -267,8 +311,8 @@ bucket_config_memory_template(Oid relid, text *name, TimestampTz now,
 	}
 	if (best == NULL || !best->memory)
 		return false;
-	template_config(config, best->capacity, best->refill_rate, best->len + 1,
-					true, false, now);
+	template_config(config, best->capacity, best->refill_rate, &best->period,
+					best->len + 1, true, false, now);
 	return true;
 }
 
@@ -290,16 +334,17 @@ bucket_config_find(Oid relid, text *name, TimestampTz now, bool latest,
 	TupleDesc	desc;
 	bool		isnull;
 	Datum		template_len;
+	BucketPeriod period;
 
 	if (run(&read_plan, relid, args, latest) == 1)
 	{
 		tuple = SPI_tuptable->vals[0];
 		desc = SPI_tuptable->tupdesc;
-		config->memory = DatumGetBool(SPI_getbinval(tuple, desc, 6, &isnull));
-		template_len = SPI_getbinval(tuple, desc, 7, &isnull);
+		config->memory = DatumGetBool(SPI_getbinval(tuple, desc, 9, &isnull));
+		template_len = SPI_getbinval(tuple, desc, 10, &isnull);
 		config->template_len = isnull ? 0 : DatumGetInt32(template_len);
 		config->mine = TransactionIdIsCurrentTransactionId(
-			DatumGetTransactionId(SPI_getbinval(tuple, desc, 8, &isnull)));
+			DatumGetTransactionId(SPI_getbinval(tuple, desc, 11, &isnull)));
 		plan_read_bucket(&config->bucket);
 		return config->source = CONFIG_ROW;
 	}
@@ -311,9 +356,11 @@ bucket_config_find(Oid relid, text *name, TimestampTz now, bool latest,
 
 	tuple = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
+	read_period(tuple, desc, 6, &period);
 	template_config(config,
 					DatumGetFloat8(SPI_getbinval(tuple, desc, 1, &isnull)),
 					DatumGetFloat8(SPI_getbinval(tuple, desc, 2, &isnull)),
+					&period,
 					DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull)),
 					DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull)),
 					TransactionIdIsCurrentTransactionId(
@@ -337,6 +384,27 @@ bucket_config_insert(Oid relid, text *name, double capacity, double refill_rate,
 	args[3] = TimestampTzGetDatum(now);
 	args[4] = BoolGetDatum(memory);
 	return plan_run(&insert_plan, relid, args, NULL) == 1;
+}
+
+/*
+ * A new bucket or template row in state "state" (a quota's, with its
+ * period); false when the name is taken.
+ */
+bool
+bucket_config_insert_state(Oid relid, text *name, const Bucket *state,
+						   bool memory)
+{
+	Datum		args[9];
+	char		nulls[10] = "         ";
+
+	args[0] = PointerGetDatum(name);
+	args[1] = Float8GetDatum(state->capacity);
+	args[2] = Float8GetDatum(state->refill_rate);
+	args[3] = Float8GetDatum(state->deficit);
+	args[4] = TimestampTzGetDatum(state->updated_at);
+	args[5] = BoolGetDatum(memory);
+	period_to_datums(state->period, args + 6, nulls + 6);
+	return plan_run(&insert_state_plan, relid, args, nulls) == 1;
 }
 
 /*
@@ -371,6 +439,9 @@ bucket_config_delete_memory(Oid relid, text *name)
 	return plan_run(&memory_delete_plan, relid, args, NULL) > 0;
 }
 
+static void check_period(TriggerData *trigdata, HeapTuple row, double capacity,
+						 double refill_rate);
+
 /*
  * The check of a row written into tb_buckets, for its triggers (the row,
  * for a BEFORE trigger to return): tb_check_bucket() of its columns,
@@ -401,5 +472,105 @@ bucket_config_check_row(TriggerData *trigdata)
 	}
 	(void) DirectFunctionCall5(tb_check_bucket, values[0], values[1], values[2],
 							   values[3], values[4]);
+	check_period(trigdata, row, DatumGetFloat8(values[1]), DatumGetFloat8(values[2]));
 	return row;
+}
+
+/*
+ * The columns period, period_anchor and time_zone of a row of tb_buckets
+ * "desc" into values and isnull (all NULL where a column is missing).
+ */
+static void
+row_period(HeapTuple row, TupleDesc desc, Datum *values, bool *isnull)
+{
+	static const char *const columns[] = {"period", "period_anchor", "time_zone"};
+
+	for (int i = 0; i < 3; i++)
+	{
+		int			attnum = SPI_fnumber(desc, columns[i]);
+
+		isnull[i] = true;
+		values[i] = attnum > 0 ? heap_getattr(row, attnum, desc, &isnull[i]) : (Datum) 0;
+	}
+}
+
+/*
+ * The check of a row's period (23514): none at all, or a period, an
+ * anchor and a zone (period_set()'s checks) and a refill of at most the
+ * capacity: a quota's tokens at each period's start.  A memory bucket's
+ * period is chosen when it is made, as its kind is (0A000): its entry
+ * keeps the calendar it was made with.
+ */
+static void
+check_period(TriggerData *trigdata, HeapTuple row, double capacity,
+			 double refill_rate)
+{
+	TupleDesc	desc = RelationGetDescr(trigdata->tg_relation);
+	Datum		values[3];
+	bool		isnull[3];
+	BucketPeriod period;
+
+	row_period(row, desc, values, isnull);
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+	{
+		Datum		old[3];
+		bool		old_null[3];
+		BucketPeriod before;
+		int			memory = SPI_fnumber(desc, "memory");
+		bool		null;
+
+		row_period(trigdata->tg_trigtuple, desc, old, old_null);
+		period_from_datums(&before, old, old_null);
+		period_from_datums(&period, values, isnull);
+		if (memory > 0 && memcmp(&before, &period, sizeof(BucketPeriod)) != 0 &&
+			DatumGetBool(heap_getattr(trigdata->tg_trigtuple, memory, desc, &null)))
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot change the period of memory bucket \"%s\"",
+							TextDatumGetCString(heap_getattr(row, SPI_fnumber(desc, "name"),
+															 desc, &null))),
+					 errdetail("A memory bucket's calendar (period, period_anchor, time_zone) is chosen when it is made."),
+					 errhint("Drop the bucket with tb_drop() and make it again with tb_create_quota().")));
+	}
+	if (isnull[0] && isnull[1] && isnull[2])
+		return;
+	if (isnull[0] || isnull[1] || isnull[2])
+		ereport(ERROR,
+				(errcode(ERRCODE_CHECK_VIOLATION),
+				 errmsg("period, period_anchor and time_zone must be all set or all NULL"),
+				 errdetail("A period bucket needs all three; a continuous bucket has none.")));
+	period_set(&period, DatumGetIntervalP(values[0]), DatumGetTimestamp(values[1]),
+			   VARDATA_ANY(DatumGetTextPP(values[2])),
+			   VARSIZE_ANY_EXHDR(DatumGetTextPP(values[2])), ERRCODE_CHECK_VIOLATION);
+	if (refill_rate > capacity)
+		ereport(ERROR,
+				(errcode(ERRCODE_CHECK_VIOLATION),
+				 errmsg("refill_rate of a period bucket must not exceed its capacity"),
+				 errdetail("A period bucket gains refill_rate tokens at each period's start, at most up to its capacity."),
+				 errhint("Give it a capacity of its budget, plus what it may carry over.")));
+}
+
+/*
+ * The settings of a row of tb_buckets "desc", as the new bucket they make:
+ * full, or a quota holding a period's tokens (bucket_initial_deficit()).
+ */
+void
+bucket_config_row_settings(HeapTuple row, TupleDesc desc, Bucket *settings)
+{
+	Datum		values[3];
+	bool		isnull[3];
+	bool		null;
+	BucketPeriod period;
+
+	memset(settings, 0, sizeof(Bucket));
+	settings->capacity = DatumGetFloat8(heap_getattr(row, SPI_fnumber(desc, "capacity"),
+													 desc, &null));
+	settings->refill_rate = DatumGetFloat8(heap_getattr(row, SPI_fnumber(desc, "refill_rate"),
+														desc, &null));
+	row_period(row, desc, values, isnull);
+	period_from_datums(&period, values, isnull);
+	settings->period = period_intern(&period);
+	settings->deficit = bucket_initial_deficit(settings);
+	settings->updated_at = GetCurrentTimestamp();
+	settings->paused_until = DT_NOBEGIN;
 }

@@ -44,6 +44,10 @@ extern bool bucket_config_memory_template(Oid relid, text *name, TimestampTz now
 										  uint64 generation, BucketConfig *config);
 extern bool bucket_config_insert(Oid relid, text *name, double capacity,
 								 double refill_rate, bool memory, TimestampTz now);
+extern bool bucket_config_insert_state(Oid relid, text *name,
+									   const Bucket *state, bool memory);
+extern void bucket_config_row_settings(HeapTuple row, TupleDesc desc,
+									   Bucket *settings);
 extern bool bucket_config_set_memory(Oid relid, text *name, double capacity,
 									 double refill_rate, TimestampTz now);
 extern bool bucket_config_delete_memory(Oid relid, text *name);

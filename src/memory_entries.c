@@ -182,7 +182,9 @@ reserve(pg_atomic_uint32 *counter, uint32 cap)
 
 /*
  * The bucket an absent entry stands for, with the given settings: empty at
- * empty_at, or full when empty_at is -infinity.
+ * empty_at, or new (full; a quota with a period's tokens) when empty_at is
+ * -infinity.  A quota empty at empty_at gets its tokens back at the next
+ * start of a period: a restart never gives it a period's tokens twice.
  */
 Bucket
 memory_absent_state(const Bucket *settings, TimestampTz now)
@@ -192,7 +194,7 @@ memory_absent_state(const Bucket *settings, TimestampTz now)
 	bucket.paused_until = DT_NOBEGIN;
 	if (memory_shared->empty_at == DT_NOBEGIN)
 	{
-		bucket.deficit = 0;
+		bucket.deficit = bucket_initial_deficit(settings);
 		bucket.updated_at = now;
 	}
 	else
@@ -527,9 +529,9 @@ try_make(const MemoryKey *key, uint32 hashcode, MemoryTemplate *template,
  * "template_len" - 1 bytes, then '*') or, with 0, named; a provisional one
  * owned by "owner".  Unless "generation" is PG_UINT64_MAX, nothing is made
  * if settings changes were applied since it was read (ENTRY_STALE).  When
- * there is no room even after the clock's sweep, fail (with "report") or
- * return ENTRY_NO_ROOM.  *made is the new entry (the caller may change it
- * only under its partition's lock).
+ * there is no room even after the clock's sweep, or none for a quota's
+ * calendar, fail (with "report") or return ENTRY_NO_ROOM.  *made is the
+ * new entry (the caller may change it only under its partition's lock).
  */
 EntryMade
 memory_make_entry(const MemoryKey *key, int template_len, const Bucket *state,
@@ -540,8 +542,28 @@ memory_make_entry(const MemoryKey *key, int template_len, const Bucket *state,
 	MemoryTemplate *template = NULL;
 	MemoryTemplate *from = NULL;
 	TimestampTz now = GetCurrentTimestamp();
+	Bucket		shared_state;
 
 	*made = NULL;
+	if (state->period != NULL)
+	{
+		/* the entry points at the shared copy of the calendar, never ours */
+		shared_state = *state;
+		shared_state.period = memory_calendar(state->period);
+		if (shared_state.period == NULL)
+		{
+			if (!report)
+				return ENTRY_NO_ROOM;
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("no room for the calendar of memory token bucket \"%.*s\"",
+							key->name.len, key->name.name),
+					 errdetail("All %d calendars of memory quotas are taken: each different period, period_anchor and time_zone a memory bucket had since the server started takes one.",
+							   memory_calendars_count()),
+					 errhint("Give memory quotas of the same period the same period_anchor (tb_create_quota's \"starts\"), or make this one a table quota; a restart frees the calendars no memory bucket has.")));
+		}
+		state = &shared_state;
+	}
 	if (template_len > 0)
 	{
 		template = template_get(key->name.dbid, key->name.relid, key->name.name,
@@ -680,9 +702,10 @@ entry_room(void)
 Size
 memory_shmem_size(void)
 {
-	return add_size(add_size(MAXALIGN(sizeof(MemoryShared)),
-							 shmem_hash_size(max_memory_buckets, entry_room())),
-					shmem_hash_size(MEMORY_TEMPLATES, sizeof(MemoryTemplate)));
+	return add_size(add_size(add_size(MAXALIGN(sizeof(MemoryShared)),
+									  shmem_hash_size(max_memory_buckets, entry_room())),
+							 shmem_hash_size(MEMORY_TEMPLATES, sizeof(MemoryTemplate))),
+					memory_calendars_size());
 }
 
 /* Its locks: a partition's each, and the templates'. */
@@ -705,6 +728,7 @@ memory_attach(LWLockPadded *locks)
 	template_hash = shmem_hash("tokenbucket templates", MEMORY_TEMPLATES,
 							   sizeof(SharedKey), sizeof(MemoryTemplate),
 							   shared_key_hash, shared_key_match, 0);
+	memory_calendars_attach();
 	if (found)
 		return;
 	memset(memory_shared, 0, sizeof(MemoryShared));

@@ -35,6 +35,9 @@
 /* Most memory templates with keys at once. */
 #define MEMORY_TEMPLATES	1024
 
+/* Most different calendars of memory quotas (memory_calendars.c). */
+#define MEMORY_CALENDARS	1024
+
 /*
  * The key of an entry: a bucket's name, and whether the entry is
  * provisional: made from configuration that its owner, a transaction in
@@ -59,8 +62,11 @@ typedef struct MemoryTemplate
  * A memory bucket.  What a call on it reads or writes comes right after
  * the key, in the cache line the key ends in and the next, and the hash
  * gives each entry whole cache lines (entry_room() in memory_entries.c): a
- * call touches three lines of it, the key's first and those two.  On a
- * random one of many buckets each is a cache miss.
+ * call touches three lines of it, the key's first and those two (a
+ * template key's grant writes its first two counters, in the last).  A
+ * quota's calendar is not in the entry but pointed at (Bucket.period,
+ * memory_calendars.c): buckets that are no quota pay nothing for it, in
+ * room or in lines.  On a random one of many buckets each is a cache miss.
  */
 typedef struct MemoryEntry
 {
@@ -149,6 +155,12 @@ extern void memory_remove_all(Oid dbid, Oid relid, const char *name, int len);
 extern void memory_lock_all(LWLockMode mode);
 extern void memory_unlock_all(void);
 extern int	memory_templates_of(Oid relid, SharedKey *names, int64 *keys);
+
+/* memory_calendars.c */
+extern Size memory_calendars_size(void);
+extern void memory_calendars_attach(void);
+extern const BucketPeriod *memory_calendar(const BucketPeriod *period);
+extern int	memory_calendars_count(void);
 
 /* memory_list.c */
 extern void memory_list(Oid relid, Tuplestorestate *store, TupleDesc desc);

@@ -32,9 +32,12 @@
 /* the state file a clean shutdown writes */
 #define STATE_FILE		PGSTAT_STAT_PERMANENT_DIRECTORY "/tokenbucket.buckets"
 #define STATE_MAGIC		0x74624D31	/* "tbM1" */
-#define STATE_FORMAT	4		/* 1: template lengths without the '*';
+#define STATE_FORMAT	5		/* 1: template lengths without the '*';
 								 * 1 and 2: no counters; 3: counters
-								 * without those of limits */
+								 * without those of limits; up to 4:
+								 * buckets without a period (5: the
+								 * calendar's content, zero for none,
+								 * after the rest of the Bucket) */
 
 /* SharedArea shutdown: write the committed entries to the state file. */
 static void
@@ -56,12 +59,16 @@ save_state(void)
 		for (MemoryEntry *entry = memory_shared->partitions[p].head; entry; entry = entry->next)
 		{
 			uint16		template_len = memory_template_name_len(entry);
+			BucketPeriod period = {0};
 
 			if (entry->key.provisional)
 				continue;
 			state_save(&sf, &entry->key.name, offsetof(SharedKey, name) + entry->key.name.len);
 			state_save(&sf, &template_len, sizeof(uint16));
-			state_save(&sf, &entry->bucket, sizeof(Bucket));
+			if (entry->bucket.period != NULL)
+				period = *entry->bucket.period;
+			state_save(&sf, &entry->bucket, offsetof(Bucket, period));
+			state_save(&sf, &period, sizeof(BucketPeriod));
 			state_save(&sf, &entry->since, sizeof(TimestampTz));
 			state_save(&sf, &entry->counters, sizeof(StatsCounts));
 		}
@@ -98,7 +105,8 @@ load_state(bool *existed)
 		{
 			MemoryKey	key;
 			uint16		template_len;
-			Bucket		bucket;
+			Bucket		bucket = {0};
+			BucketPeriod period = {0};
 			TimestampTz since = GetCurrentTimestamp();
 			StatsCounts counters = {0};
 			MemoryEntry *entry;
@@ -108,7 +116,8 @@ load_state(bool *existed)
 				key.name.len > SHARED_NAME_MAX_BYTES ||
 				!state_load(&sf, key.name.name, key.name.len) ||
 				!state_load(&sf, &template_len, sizeof(template_len)) ||
-				!state_load(&sf, &bucket, sizeof(bucket)) ||
+				!state_load(&sf, &bucket, offsetof(Bucket, period)) ||
+				(sf.format >= 5 && !state_load(&sf, &period, sizeof(period))) ||
 				(sf.format >= 3 &&
 				 (!state_load(&sf, &since, sizeof(since)) ||
 				  !state_load(&sf, &counters, sf.format >= 4 ?
@@ -117,7 +126,11 @@ load_state(bool *existed)
 			/* format 1 counted a template's length without its '*' */
 			if (sf.format == 1 && template_len > 0)
 				template_len++;
+			/* a calendar is interned again (memory_make_entry()) */
+			if (period.months != 0 || period.days != 0 || period.usecs != 0)
+				bucket.period = &period;
 			if (template_len > key.name.len + 1 ||
+				period.zone[BUCKET_ZONE_BYTES - 1] != '\0' ||
 				memory_make_entry(&key, template_len, &bucket, InvalidTransactionId,
 								  PG_UINT64_MAX, false, &entry) != ENTRY_MADE)
 			{

@@ -419,23 +419,25 @@ memory_watch(Oid relid, text *name, bool on)
 }
 
 /*
- * configure(): a named bucket made gets its provisional entry, full, now
- * (room set aside, or 53200); other changes are applied at commit.
+ * configure(): a named bucket made gets its provisional entry, new (full,
+ * a quota with a period's tokens: "settings"), now (room set aside, or
+ * 53200); other changes are applied at commit.
  */
 static void
 memory_configure(ConfigChange kind, Oid relid, const char *name, int len,
-				 double capacity, double refill_rate)
+				 const Bucket *settings)
 {
+	double		capacity = settings ? settings->capacity : 0;
+	double		refill_rate = settings ? settings->refill_rate : 0;
+
 	if (memory_shared == NULL)
 		return;					/* no memory buckets without preloading */
 	if (kind == CONFIG_MADE)
 	{
-		Bucket		full = {.capacity = capacity, .refill_rate = refill_rate,
-		.deficit = 0, .updated_at = GetCurrentTimestamp(), .paused_until = DT_NOBEGIN};
 		text	   *t = cstring_to_text_with_len(name, len);
 
 		if (len <= SHARED_NAME_MAX_BYTES)
-			(void) memory_make(relid, t, &full, 0, 0, true);
+			(void) memory_make(relid, t, settings, 0, 0, true);
 		return;
 	}
 	if (kind == CONFIG_TAKEN)
@@ -480,7 +482,7 @@ memory_drop(Oid relid, text *name)
 	if (!memory_peek(relid, &request))
 		return false;
 	memory_configure(CONFIG_DROPPED, relid, VARDATA_ANY(name),
-					 VARSIZE_ANY_EXHDR(name), 0, 0);
+					 VARSIZE_ANY_EXHDR(name), NULL);
 	return true;
 }
 
@@ -496,9 +498,12 @@ memory_alter(Oid relid, text *name, double capacity, double refill_rate,
 
 	if (!memory_peek(relid, &request))
 		return false;
+	if (!isnan(capacity))
+		request.bucket.capacity = capacity;
+	if (!isnan(refill_rate))
+		request.bucket.refill_rate = refill_rate;
 	memory_configure(CONFIG_ALTERED, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name),
-					 isnan(capacity) ? request.bucket.capacity : capacity,
-					 isnan(refill_rate) ? request.bucket.refill_rate : refill_rate);
+					 &request.bucket);
 	return true;
 }
 

@@ -335,7 +335,11 @@ memory_settle(Undo *undo, MemoryEntry *entry, const Given *given,
 		 after->paused_until >= pause_from))
 	{
 		/* all of it at once: the state as the call left it, exactly */
+		/* (but its calendar stays the entry's shared copy) */
+		const BucketPeriod *period = shared->period;
+
 		*shared = *after;
+		shared->period = period;
 		memory_remember(undo, entry, tokens - left, pause_from != after->paused_until,
 						pause_from);
 		return;

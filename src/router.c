@@ -887,6 +887,7 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 	Oid			relid;
 	HeapTuple	old_row = NULL;
 	HeapTuple	new_row = NULL;
+	Bucket		settings;
 	bool		own;
 	bool		check;
 
@@ -912,7 +913,7 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 	if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))
 	{
 		for (int i = 0; i < NUM_STORES; i++)
-			stores[i]->configure(CONFIG_TRUNCATED, relid, "", 0, 0, 0);
+			stores[i]->configure(CONFIG_TRUNCATED, relid, "", 0, NULL);
 		return PointerGetDatum(NULL);
 	}
 	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ||
@@ -950,13 +951,12 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 
 		if (renamed)
 			memory_store.configure(CONFIG_DROPPED, relid, VARDATA_ANY(old_name),
-								   VARSIZE_ANY_EXHDR(old_name), 0, 0);
+								   VARSIZE_ANY_EXHDR(old_name), NULL);
 		else
 		{
+			bucket_config_row_settings(new_row, desc, &settings);
 			memory_store.configure(CONFIG_ALTERED, relid, VARDATA_ANY(old_name),
-								   VARSIZE_ANY_EXHDR(old_name),
-								   DatumGetFloat8(COLUMN(new_row, "capacity")),
-								   DatumGetFloat8(COLUMN(new_row, "refill_rate")));
+								   VARSIZE_ANY_EXHDR(old_name), &settings);
 			return PointerGetDatum(NULL);
 		}
 	}
@@ -974,9 +974,9 @@ tb_buckets_changed(PG_FUNCTION_ARGS)
 			change = CONFIG_SHADOWED;
 		else if (!DatumGetBool(COLUMN(new_row, "memory")))
 			change = CONFIG_TAKEN;
+		bucket_config_row_settings(new_row, desc, &settings);
 		memory_store.configure(change, relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name),
-							   DatumGetFloat8(COLUMN(new_row, "capacity")),
-							   DatumGetFloat8(COLUMN(new_row, "refill_rate")));
+							   &settings);
 	}
 #undef COLUMN
 	return PointerGetDatum(NULL);

@@ -180,10 +180,11 @@ typedef struct StoreRoutine
 	/*
 	 * A change to the configuration of a bucket it holds (its row's, or a
 	 * template's: "name" ends in '*'), to apply when the transaction
-	 * commits, and never if it aborts.
+	 * commits, and never if it aborts.  "settings": the new bucket the row
+	 * makes (bucket_config_row_settings(); NULL when it is gone).
 	 */
 	void		(*configure) (ConfigChange change, Oid relid, const char *name,
-							  int len, double capacity, double refill_rate);
+							  int len, const Bucket *settings);
 
 	/*
 	 * Forget every bucket of installation "relid" of database "dbid"

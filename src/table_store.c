@@ -53,9 +53,12 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#define BUCKET_COLUMNS "capacity, refill_rate, deficit, updated_at, paused_until"
+#define BUCKET_COLUMNS "capacity, refill_rate, deficit, updated_at, paused_until," \
+	" period, period_anchor, time_zone"
 /* and the length of its template's name, for the counters */
 #define TAKEN_COLUMNS BUCKET_COLUMNS ", pg_catalog.octet_length(template)"
+#define TAKEN_TEMPLATE_LEN 9
+#define PERIOD_ARGS "b.period, b.period_anchor, b.time_zone"
 #define TAKE_ARGS "b.capacity, b.refill_rate, b.deficit, b.updated_at, b.paused_until, $2, $3"
 
 /* Template-made buckets removed per statement by purge. */
@@ -68,11 +71,11 @@
  */
 static KeptPlan take_plan = {
 	.sql = "UPDATE %1$s.tb_buckets AS b"
-	" SET deficit = %1$s.tb_take(" TAKE_ARGS "),"
+	" SET deficit = %1$s.tb_take(" TAKE_ARGS ", 0, " PERIOD_ARGS "),"
 	" updated_at = GREATEST(b.updated_at, $3)"
 	" WHERE b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
 	" AND CASE WHEN b.name OPERATOR(pg_catalog.=) $1 AND NOT b.memory"
-	" THEN %1$s.tb_take(" TAKE_ARGS ") END IS NOT NULL"
+	" THEN %1$s.tb_take(" TAKE_ARGS ", 0, " PERIOD_ARGS ") END IS NOT NULL"
 	" RETURNING " TAKEN_COLUMNS,
 	.nargs = 3, .argtypes = {TEXTOID, FLOAT8OID, TIMESTAMPTZOID},
 	.holds = HELD_BUCKET
@@ -83,7 +86,7 @@ static KeptPlan take_plan = {
  * statement of its own, so that a grant without one runs the statement it
  * always ran, planned as before.
  */
-#define TAKE_RESERVE_ARGS TAKE_ARGS ", $4"
+#define TAKE_RESERVE_ARGS TAKE_ARGS ", $4, " PERIOD_ARGS
 static KeptPlan take_reserve_plan = {
 	.sql = "UPDATE %1$s.tb_buckets AS b"
 	" SET deficit = %1$s.tb_take(" TAKE_RESERVE_ARGS "),"
@@ -120,9 +123,11 @@ static KeptPlan write_plan = {
 
 /* a bucket made from a template, in its state after its first take */
 static KeptPlan insert_made_plan = {
-	.sql = "INSERT INTO %1$s.tb_buckets (name, capacity, refill_rate, deficit, updated_at, template)"
-	" VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO NOTHING",
-	.nargs = 6, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID, TEXTOID},
+	.sql = "INSERT INTO %1$s.tb_buckets (name, capacity, refill_rate, deficit, updated_at, template,"
+	" period, period_anchor, time_zone)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (name) DO NOTHING",
+	.nargs = 9, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID, TEXTOID,
+	INTERVALOID, TIMESTAMPOID, TEXTOID},
 	.holds = HELD_BUCKET
 };
 
@@ -140,7 +145,8 @@ static KeptPlan delete_made_plan = {
 /* every bucket made from template $1 takes its settings, keeping its tokens */
 static KeptPlan alter_made_plan = {
 	.sql = "UPDATE %1$s.tb_buckets AS b"
-	" SET deficit = %1$s.tb_resize(b.capacity, b.refill_rate, b.deficit, b.updated_at, $2, $4),"
+	" SET deficit = %1$s.tb_resize(b.capacity, b.refill_rate, b.deficit, b.updated_at, $2, $4,"
+	" " PERIOD_ARGS "),"
 	" capacity = $2, refill_rate = $3, updated_at = GREATEST(b.updated_at, $4)"
 	" WHERE b.template OPERATOR(pg_catalog.=) $1",
 	.nargs = 4, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID}
@@ -153,7 +159,7 @@ static KeptPlan purge_plan = {
 	" WHERE b.template IS NOT NULL AND b.updated_at OPERATOR(pg_catalog.<) $1"
 	" AND b.paused_until OPERATOR(pg_catalog.<=) $2"
 	" AND %1$s.tb_take(b.capacity, b.refill_rate, b.deficit, b.updated_at,"
-	" b.paused_until, b.capacity, $2) IS NOT NULL"
+	" b.paused_until, b.capacity, $2, 0, " PERIOD_ARGS ") IS NOT NULL"
 	" LIMIT $3 FOR UPDATE SKIP LOCKED))",
 	.nargs = 3, .argtypes = {TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID}
 };
@@ -189,7 +195,8 @@ table_take(Oid relid, Request *request, TimestampTz now)
 	{
 		bool		isnull;
 		Datum		template_len = SPI_getbinval(SPI_tuptable->vals[0],
-												 SPI_tuptable->tupdesc, 6, &isnull);
+												 SPI_tuptable->tupdesc,
+												 TAKEN_TEMPLATE_LEN, &isnull);
 
 		request->template_len = isnull ? 0 : DatumGetInt32(template_len);
 		request->in_table = true;
@@ -213,11 +220,12 @@ table_take(Oid relid, Request *request, TimestampTz now)
 enum
 {
 	COL_MEMORY, COL_CAPACITY, COL_REFILL_RATE, COL_DEFICIT, COL_UPDATED_AT,
-	COL_PAUSED_UNTIL, COL_TEMPLATE, ROW_COLUMNS
+	COL_PAUSED_UNTIL, COL_TEMPLATE, COL_PERIOD, COL_PERIOD_ANCHOR, COL_TIME_ZONE,
+	ROW_COLUMNS
 };
 static const char *const row_column_names[ROW_COLUMNS] = {
 	"memory", "capacity", "refill_rate", "deficit", "updated_at",
-	"paused_until", "template"
+	"paused_until", "template", "period", "period_anchor", "time_zone"
 };
 static int	row_columns[ROW_COLUMNS];
 
@@ -282,16 +290,20 @@ read_row(Relation rel, Oid pkey, Request *request)
 
 		isnull[i] = true;
 		values[i] = attnum > 0 ? slot_getattr(slot, attnum, &isnull[i]) : (Datum) 0;
-		found = i == COL_TEMPLATE || !isnull[i];
+		found = i >= COL_TEMPLATE || !isnull[i];
 	}
 	found = found && !DatumGetBool(values[COL_MEMORY]);
 	if (found)
 	{
+		BucketPeriod period;
+
 		request->bucket.capacity = DatumGetFloat8(values[COL_CAPACITY]);
 		request->bucket.refill_rate = DatumGetFloat8(values[COL_REFILL_RATE]);
 		request->bucket.deficit = DatumGetFloat8(values[COL_DEFICIT]);
 		request->bucket.updated_at = DatumGetTimestampTz(values[COL_UPDATED_AT]);
 		request->bucket.paused_until = DatumGetTimestampTz(values[COL_PAUSED_UNTIL]);
+		period_from_datums(&period, values + COL_PERIOD, isnull + COL_PERIOD);
+		request->bucket.period = period_intern(&period);
 		request->template_len = isnull[COL_TEMPLATE] ? 0 :
 			toast_raw_datum_size(values[COL_TEMPLATE]) - VARHDRSZ;
 	}
@@ -347,13 +359,13 @@ table_peek(Oid relid, Request *request)
 	return true;
 }
 
-/* absent(): a bucket with no row yet starts full. */
+/* absent(): a bucket with no row yet starts full (a quota: bucket.c says). */
 static Bucket
 table_absent(const Bucket *settings, TimestampTz now)
 {
 	Bucket		bucket = *settings;
 
-	bucket.deficit = 0;
+	bucket.deficit = bucket_initial_deficit(settings);
 	bucket.updated_at = now;
 	bucket.paused_until = DT_NOBEGIN;
 	return bucket;
@@ -436,9 +448,10 @@ static StoreMade
 table_make(Oid relid, text *name, const Bucket *state, int template_len,
 		   uint64 generation, bool provisional)
 {
-	Datum		args[6];
-	char		nulls[7] = "      ";
+	Datum		args[9];
+	char		nulls[10] = "         ";
 
+	period_to_datums(state->period, args + 6, nulls + 6);
 	args[0] = PointerGetDatum(name);
 	args[1] = Float8GetDatum(state->capacity);
 	args[2] = Float8GetDatum(state->refill_rate);
@@ -497,7 +510,7 @@ table_purge(Oid relid, TimestampTz idle_since, TimestampTz now)
 /* configure(): a table bucket's row is its configuration; nothing to do. */
 static void
 table_configure(ConfigChange change, Oid relid, const char *name, int len,
-				double capacity, double refill_rate)
+				const Bucket *settings)
 {
 }
 

@@ -17,7 +17,8 @@
 #   tap/NNN       test/t/NNN_*.pl (PostgreSQL::Test::Cluster), one suite a
 #                 file: crash, replica, upgrade and dump, repair, memory
 #                 buckets and counters across restarts, leases across a
-#                 crash                                   (make prove_installcheck)
+#                 crash, quotas under 64 sessions and over a stopped
+#                 server's period end                     (make prove_installcheck)
 #   stress        test/stress.sh: 64 sessions on a mix of buckets, never overdrawn
 #   wait          test/wait.sh: waiting on the real clock
 #   leases        test/leases.sh: in-flight limits with sessions killed,
