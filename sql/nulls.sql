@@ -10,7 +10,7 @@
 --
 CREATE EXTENSION tokenbucket;
 SELECT tb_create('b', 10, 1, '1000 hours'), tb_create('c', 10, 1, '1000 hours'),
-       tb_create_limit('l', 5);
+       tb_create_limit('l', 5), tb_create_quota('q', 10, '1 day');
 SELECT tb_lease('l') AS lease \gset
 INSERT INTO tb_prices (model, currency, input_per_million, output_per_million)
 VALUES ('m', 'EUR', 1, 2);
@@ -42,6 +42,8 @@ INSERT INTO samples VALUES
 	(NULL, 'budget', '10'), (NULL, 'period', '''1 day'''), (NULL, 'time_zone', '''UTC'''),
 	(NULL, 'starts', '''2025-01-01'''), (NULL, 'carry_max', '0'),
 	(NULL, 'period_anchor', '''2025-01-01'''), (NULL, 'n', '1'),
+	-- a quota's alerts
+	('tb_set_alerts', 'bucket', '''q'''), (NULL, 'thresholds', '''{0.5}'''),
 	-- names that do not exist yet, and limits
 	('tb_create', 'name', '''new'''), ('tb_ensure', 'name', '''new'''),
 	('tb_create_quota', 'name', '''new'''),
@@ -81,6 +83,7 @@ INSERT INTO documented VALUES
 	('tb_holder_alive', 'started', 'a transaction''s holder: this one', '^result: \{true\}$'),
 	('tb_set_parent', 'parent', 'no parent', '^result: \{""\}$'),
 	('tb_create_quota', 'starts', 'the current day, month or hour', '^result: \{""\}$'),
+	('tb_set_alerts', 'thresholds', 'none', '^result: \{""\}$'),
 	-- the pure helpers: STRICT, NULL in, NULL out; their 1.9 forms are
 	-- not, but give NULL as well, except for a NULL period: a continuous
 	-- bucket's answer

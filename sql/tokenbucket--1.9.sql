@@ -1517,3 +1517,183 @@ FROM (
 
 COMMENT ON VIEW @extschema@.tb_status IS
 	'each bucket''s settings, the tokens it holds now, when it is full, its pause, its debt, its template, whether it is a memory bucket, and a quota''s period, its current period''s start and end and its time zone; and each limit''s max_in_flight and the slots held now';
+
+--
+-- 1.9: alerts at a share of a quota's budget.  tb_alerts holds the DBA's
+-- thresholds (a named quota's, or a quota template's for each of its
+-- keys): threshold t is reached when the quota holds (1 - t) x its budget
+-- (refill_rate) or less.  A charge that leaves a quota there writes the
+-- event into tb_alert_events, once per quota, period and threshold (the
+-- unique key), in the charge's own transaction, and sends it with NOTIFY
+-- on the channel tb_alerts as JSON.  Both tables are the DBA's and
+-- dumped; the events are written as the extension's owner.
+--
+CREATE TABLE @extschema@.tb_alerts (
+	bucket text NOT NULL,
+	threshold float8 NOT NULL
+		CONSTRAINT tb_alerts_threshold_check
+		CHECK (threshold OPERATOR(pg_catalog.>) 0 AND threshold OPERATOR(pg_catalog.<=) 1),
+	PRIMARY KEY (bucket, threshold)
+);
+
+COMMENT ON TABLE @extschema@.tb_alerts IS
+	'thresholds of quotas (a name, or a template for its keys): shares of a period''s budget used up that write an event once a period';
+COMMENT ON COLUMN @extschema@.tb_alerts.bucket IS 'a quota''s name, or a quota template''s (''user:*'')';
+COMMENT ON COLUMN @extschema@.tb_alerts.threshold IS
+	'a share of the budget, above 0 and at most 1: reached when the quota holds (1 - threshold) x budget or less';
+
+CREATE TABLE @extschema@.tb_alert_events (
+	id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	bucket text NOT NULL,
+	threshold float8 NOT NULL,
+	period_start timestamptz NOT NULL,
+	period_end timestamptz NOT NULL,
+	budget float8,
+	remaining float8,
+	at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+	UNIQUE (bucket, period_start, threshold)
+);
+
+COMMENT ON TABLE @extschema@.tb_alert_events IS
+	'one row per quota, period and threshold reached, written by the charge that reached it, in its transaction; also sent with NOTIFY tb_alerts';
+COMMENT ON COLUMN @extschema@.tb_alert_events.bucket IS 'the quota (a template''s key: the key)';
+COMMENT ON COLUMN @extschema@.tb_alert_events.remaining IS
+	'the tokens the quota held after the charge (below 0: in debt)';
+COMMENT ON COLUMN @extschema@.tb_alert_events.at IS 'when the charge wrote it';
+
+-- pg_dump keeps the thresholds and the events, and where the ids go on from
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.tb_alerts', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.tb_alert_events', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.tb_alert_events_id_seq', '');
+
+-- a change of thresholds makes every session read them again once it commits
+CREATE FUNCTION @extschema@.tb_alerts_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'tb_alerts_changed'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@.tb_alerts_changed() IS
+	'trigger: tells every session that the thresholds of tb_alerts changed, when the transaction commits';
+
+CREATE TRIGGER tb_alerts_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.tb_alerts
+	FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.tb_alerts_changed();
+
+REVOKE ALL ON FUNCTION @extschema@.tb_alerts_changed() FROM PUBLIC;
+
+-- a quota's (or quota template's) thresholds, replacing its others;
+-- empty or NULL: none.  The DBA's, like tb_create_quota.
+CREATE FUNCTION @extschema@.tb_set_alerts(bucket text, thresholds float8[])
+RETURNS void
+AS 'MODULE_PATHNAME', 'tb_set_alerts'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_set_alerts(text, float8[]) IS
+	'sets the alert thresholds of a quota or quota template (shares of its budget, above 0 and at most 1), replacing its others; empty or NULL: none';
+
+REVOKE ALL ON FUNCTION @extschema@.tb_set_alerts(text, float8[]) FROM PUBLIC;
+
+--
+-- Each quota's spend in its current period: its budget (refill_rate),
+-- what it holds (remaining; below 0 in debt), what is spent of the budget
+-- (budget - remaining, at least 0: debt carried in counts as spent,
+-- tokens carried over as extra), and the period.  Quotas made from
+-- templates included; templates not.  Readable as tb_status is.
+--
+CREATE VIEW @extschema@.tb_quotas AS
+SELECT s.name,
+	s.refill_rate AS budget,
+	s.capacity,
+	s.tokens AS remaining,
+	GREATEST(0, s.refill_rate OPERATOR(pg_catalog.-) s.tokens) AS spent,
+	s.period,
+	s.time_zone,
+	s.period_start,
+	s.period_end,
+	s.memory,
+	s.template
+FROM @extschema@.tb_status AS s
+WHERE s.period IS NOT NULL AND NOT s.is_template;
+
+COMMENT ON VIEW @extschema@.tb_quotas IS
+	'each quota''s budget, what it holds and has spent of it in its current period, and that period''s start and end';
+
+--
+-- tb_stats with a quota's spend, for Prometheus: spent, remaining and the
+-- end of its period, at the end (NULL for other buckets and for limits).
+--
+CREATE OR REPLACE VIEW @extschema@.tb_stats AS
+WITH c AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_stats_counters()
+	UNION ALL
+	SELECT * FROM @extschema@.tb_memory_counters()
+), l AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_limit_counters()
+), s AS MATERIALIZED (
+	SELECT * FROM @extschema@.tb_status AS s WHERE NOT s.is_template
+)
+SELECT s.name,
+	s.memory,
+	s.template,
+	s.capacity,
+	s.refill_rate,
+	coalesce(c.granted, 0) AS granted,
+	coalesce(c.granted_tokens, 0) AS granted_tokens,
+	coalesce(c.denied, 0) AS denied,
+	coalesce(c.waited, 0) AS waited,
+	coalesce(c.wait_seconds, 0) AS wait_seconds,
+	coalesce(c.timeouts, 0) AS timeouts,
+	coalesce(c.refunded_tokens, 0) AS refunded_tokens,
+	coalesce(c.pauses, 0) AS pauses,
+	coalesce(c.since, i.since) AS since,
+	s.tokens,
+	coalesce(c.cancelled, 0) AS cancelled,
+	NULL::integer AS max_in_flight,
+	NULL::integer AS in_flight,
+	NULL::bigint AS released,
+	NULL::bigint AS ended,
+	NULL::bigint AS expired,
+	CASE WHEN s.period IS NOT NULL
+		THEN GREATEST(0, s.refill_rate OPERATOR(pg_catalog.-) s.tokens) END AS spent,
+	CASE WHEN s.period IS NOT NULL THEN s.tokens END AS remaining,
+	s.period_end
+FROM s
+CROSS JOIN (SELECT c.since FROM c WHERE c.name IS NULL) AS i
+LEFT JOIN c ON c.name OPERATOR(pg_catalog.=) CASE
+	WHEN pg_catalog.octet_length(s.name) OPERATOR(pg_catalog.<=) 128 THEN s.name
+	ELSE @extschema@.tb_stats_key(s.name) END
+WHERE s.max_in_flight IS NULL
+UNION ALL
+SELECT s.name,
+	s.memory,
+	s.template,
+	NULL,
+	NULL,
+	coalesce(l.granted, 0),
+	coalesce(l.slots, 0)::float8,
+	coalesce(l.refused, 0),
+	coalesce(l.waited, 0),
+	coalesce(l.wait_seconds, 0),
+	coalesce(l.timeouts, 0),
+	0::float8,
+	0::bigint,
+	coalesce(l.since, i.since),
+	NULL,
+	coalesce(l.cancelled, 0),
+	s.max_in_flight,
+	s.in_flight,
+	coalesce(l.released, 0),
+	coalesce(l.ended, 0),
+	coalesce(l.expired, 0),
+	NULL,
+	NULL,
+	NULL
+FROM s
+CROSS JOIN (SELECT l.since FROM l WHERE l.name IS NULL) AS i
+LEFT JOIN l ON l.name OPERATOR(pg_catalog.=) CASE
+	WHEN pg_catalog.octet_length(s.name) OPERATOR(pg_catalog.<=) 128 THEN s.name
+	ELSE @extschema@.tb_stats_key(s.name) END
+WHERE s.max_in_flight IS NOT NULL;
+
+COMMENT ON VIEW @extschema@.tb_stats IS
+	'each bucket''s and limit''s counters since the server started (kept across a clean restart) or tb_stats_reset, with its settings and what it holds now; a quota''s spend, remaining tokens and period end';

@@ -136,7 +136,7 @@ Datum
 tb_memory_buckets(PG_FUNCTION_ARGS)
 {
 	Installation inst = installation_of(fcinfo);
-	static const char *const views[] = {"tb_status", "tb_stats", NULL};
+	static const char *const views[] = {"tb_status", "tb_stats", "tb_quotas", NULL};
 	TupleDesc	desc;
 	Tuplestorestate *store = materialize_begin(fcinfo, &desc);
 

@@ -30,6 +30,7 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "alerts.h"
 #include "bucket_config.h"
 #include "commands/trigger.h"
 #include "common.h"
@@ -67,11 +68,12 @@ store_of(const BucketConfig *config)
 	return config->memory ? &memory_store : &table_store;
 }
 
-/* Initialize every store and the counters at library load. */
+/* Initialize every store, the counters and the alerts at library load. */
 void
 router_init(void)
 {
 	stats_init();
+	alerts_init();
 	for (int i = 0; i < NUM_STORES; i++)
 		if (stores[i]->init != NULL)
 			stores[i]->init();
@@ -538,6 +540,8 @@ router_take(Installation *inst, Request *requests, int nrequests,
 		granted = result == STORE_GRANTED;
 		for (int i = 0; i < nrequests && !granted; i++)
 			check_cost(&requests[i]);
+		if (granted)
+			alerts_after_grant(inst, requests, nrequests, now);
 	}
 	else
 		granted = router_attempt(inst, requests, nrequests, now);
@@ -547,7 +551,8 @@ router_take(Installation *inst, Request *requests, int nrequests,
 
 /*
  * Take every request now, or none, in whichever stores hold them, without
- * counting: one attempt of a waiter (wait.c counts the wait).
+ * counting (one attempt of a waiter: wait.c counts the wait), and write a
+ * grant's alerts (alerts.c): every grant passes here or above.
  */
 bool
 router_attempt(Installation *inst, Request *requests, int nrequests,
@@ -558,6 +563,8 @@ router_attempt(Installation *inst, Request *requests, int nrequests,
 								   nrequests, now);
 
 	spi_end(&session);
+	if (granted)
+		alerts_after_grant(inst, requests, nrequests, now);
 	return granted;
 }
 
@@ -699,6 +706,8 @@ router_update(Installation *inst, text *name, BucketChange change,
 		(void) memory_store.peek(relid, &probe);
 		count(inst, &probe, delta, now);
 	}
+	if (delta != NULL && delta->granted_tokens > 0)	/* tb_settle's charge */
+		alerts_after_charge(inst, name, -1, &after, now);
 	return after;
 }
 

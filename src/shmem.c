@@ -33,7 +33,7 @@
 #include "utils/builtins.h"
 #include "utils/elog.h"
 
-#define MAX_AREAS 4
+#define MAX_AREAS 8
 
 static const SharedArea *areas[MAX_AREAS];
 static int	nareas = 0;

@@ -29,7 +29,10 @@
  *	3. limits' queues (limit_wake.c): which to wake, once the transaction's
  *	   locks are gone (the resource-release callback), or at exit.
  *	4. the note of the rows the transaction holds (held.c): forgotten at
- *	   its end, a subtransaction's at its abort.
+ *	   its end, a subtransaction's at its abort; then the alerts (alerts.c):
+ *	   the events a (sub)transaction learnt exist are kept if it commits
+ *	   and forgotten if it aborts or is prepared (the row may be its own),
+ *	   and a change of thresholds committed reaches every backend.
  *	5. the counters (stats.c): last, so that everything above has counted
  *	   what it counts before the transaction's counts are flushed.
  *
@@ -69,6 +72,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "alerts.h"
 #include "held.h"
 #include "lease_memory_xact.h"
 #include "lib/stringinfo.h"
@@ -94,6 +98,7 @@ refuse_prepare(void)
 		memory_xact_unpreparable(),
 		lease_memory_unpreparable(),
 		stats_unpreparable(),
+		alerts_unpreparable(),
 	};
 	StringInfoData what;
 	int			left = 0;		/* to name after the one being named */
@@ -165,6 +170,7 @@ xact_callback(XactEvent event, void *arg)
 	lease_memory_xact_end(commit);
 	limit_wake_xact_end(commit);
 	held_xact_end();
+	alerts_xact_end(commit && event != XACT_EVENT_PREPARE);
 	stats_xact_end(commit);
 }
 
@@ -181,6 +187,7 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	lease_memory_subxact_end(mySubid, parentSubid, commit);
 	limit_wake_subxact_end(mySubid, parentSubid, commit);
 	held_subxact_end(commit);
+	alerts_subxact_end(mySubid, parentSubid, commit);
 	stats_subxact_end(commit);
 }
 

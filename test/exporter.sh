@@ -12,7 +12,8 @@
 # the per-key buckets summed into their template's series rather than
 # exported one by one.  Then known traffic on a table limit and a memory
 # limit (leases granted, refused, released, expired, ended with their
-# sessions, a wait that timed out) and a memory limit template.
+# sessions, a wait that timed out) and a memory limit template; and two
+# quotas' spend, their template's keys not exported one by one.
 # Prints TAP.
 set -euo pipefail
 DB=tb_exporter
@@ -35,7 +36,7 @@ source "$TOP/test/checks.sh"
 # exporter's role only through what docs/counters-and-prometheus.md gives it
 q() { PGOPTIONS="-c search_path=limits,public" psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
 
-echo "1..17"
+echo "1..19"
 createdb "$DB"
 q <<'SQL' >/dev/null
 CREATE SCHEMA limits;
@@ -55,6 +56,13 @@ SELECT tb_create_limit('inflight', 2), tb_create_limit('minflight', 2, memory =>
        tb_create_limit('mt:*', 1, memory => true);
 -- two per-key memory limits: 1 lease each, and 1 refused
 SELECT tb_lease('mt:1') IS NOT NULL, tb_lease('mt:2') IS NOT NULL, tb_lease('mt:1') IS NULL;
+-- quotas of 100 a day: 30 spent of the table one, 120 asked of the
+-- memory one (100 granted); a template's keys
+SELECT tb_create_quota('team', 100, '1 day', 'UTC'),
+       tb_create_quota('mteam', 100, '1 day', 'UTC', memory => true),
+       tb_create_quota('q:*', 10, '1 day', 'UTC');
+SELECT tb_acquire('team', 30), tb_acquire('mteam', 60), tb_acquire('mteam', 40),
+       tb_acquire('mteam', 20), tb_acquire('q:1', 5);
 SQL
 
 # on each limit of 2 slots, in one session: a lease, one with a ttl, one
@@ -191,3 +199,10 @@ expect 16 "memory limit template: mt:* sums its names (leases, refused), which a
 expect 17 "the monitoring role was granted EXECUTE on no function (the docs give it none)" \
 	"$(q -c "SELECT count(*) FROM pg_proc p, aclexplode(p.proacl) AS a
 	         WHERE a.grantee = 'regress_tb_prometheus'::regrole")" 0
+# quotas: spent, remaining and the period's end (the next UTC midnight)
+end=$(q -c "SELECT extract(epoch FROM date_trunc('day', now() AT TIME ZONE 'UTC') + interval '1 day')::bigint")
+expect 18 "quotas: spent, remaining, period_end_seconds (team, then mteam), three gauges" \
+	"$(metric tokenbucket_quota_spent bucket team) $(metric tokenbucket_quota_remaining bucket team) $(awk -v e="$(metric tokenbucket_quota_period_end_seconds bucket team)" 'BEGIN { printf "%.0f", e }') $(metric tokenbucket_quota_spent bucket mteam) $(metric tokenbucket_quota_remaining bucket mteam) $(grep -c '^# TYPE tokenbucket_quota_[a-z_]* gauge$' "$METRICS")" \
+	"30 70 $end 100 0 3"
+expect 19 "a quota template's keys are not exported one by one, nor are rate buckets as quotas" \
+	"$(grep -c '^tokenbucket_quota_[a-z_]*{.*bucket="\(q:\|api\)' "$METRICS" || true)" 0

@@ -20,6 +20,8 @@
 #                 crash, quotas under 64 sessions and over a stopped
 #                 server's period end                     (make prove_installcheck)
 #   stress        test/stress.sh: 64 sessions on a mix of buckets, never overdrawn
+#   alerts        test/alerts.sh: 64 sessions crossing quotas' thresholds, some
+#                 rolling back: one event and one NOTIFY per threshold
 #   wait          test/wait.sh: waiting on the real clock
 #   leases        test/leases.sh: in-flight limits with sessions killed,
 #                 terminated and failing; waits; 64 sessions on 3 slots
@@ -205,6 +207,7 @@ SUITES=(
 	"setup suite_own proxy/test/setup"
 	"partitions suite_own proxy/test/partitions"
 	"wait suite_shell test/wait"
+	"alerts suite_shell test/alerts"
 	"locks suite_shell test/locks"
 	"held suite_shell test/held"
 	"hierarchy suite_shell test/hierarchy"
