@@ -30,13 +30,15 @@
 # turns call by call; bench/python.csv), and the table bucket at its
 # ceilings (bench/table.sh: a grant against a plain UPDATE, a denial
 # against SELECT 1, in turns, with each one's instructions;
-# bench/table.csv).  Then the cost of the counters of tb_stats:
+# bench/table.csv), and AI budgets (bench/budgets.sh: a quota's grant
+# against a bucket's, a charge up a three-level hierarchy against
+# tb_acquire_all; bench/budgets.csv).  Then the cost of the counters of tb_stats:
 # the same calls with tokenbucket.track_stats on and off in turn
 # (bench/counters.csv).
 #
 # Writes bench/results.csv and bench/results.png and prints a table.
 # BENCH_SECONDS sets each run's length (default 10); BENCH_ONLY=proxy,
-# gateway, leases, keys, python, table or counters runs that comparison
+# gateway, leases, keys, python, table, budgets or counters runs that comparison
 # alone.
 # Not a test: nothing here fails on a speed.
 
@@ -118,6 +120,11 @@ if [ "${BENCH_ONLY:-table}" = table ]; then
 	say "table: a grant against a plain UPDATE, a denial against SELECT 1, in turns ($BENCH_SECONDS s per statement)"
 	source "$TOP/bench/table.sh"
 	[ "${BENCH_ONLY:-}" = table ] && exit 0
+fi
+if [ "${BENCH_ONLY:-budgets}" = budgets ]; then
+	say "budgets: a quota's grant against a bucket's, a charge up three levels against tb_acquire_all, in turns ($BENCH_SECONDS s per statement)"
+	source "$TOP/bench/budgets.sh"
+	[ "${BENCH_ONLY:-}" = budgets ] && exit 0
 fi
 
 say "loading 10,000 and 1,000,000 buckets"
