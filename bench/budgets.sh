@@ -25,14 +25,15 @@ source "$TOP/bench/callgrind.sh"
 # Ten thousand of each: continuous buckets and quotas in the table ('k',
 # 'q') and in memory ('mk', 'mq'), and users 'u:<team>:<n>' of 100 teams
 # 't:<team>' under one organisation 'o', in the table and in memory
-# ('mu:', 'mt:', 'mo'); every one holds far more than a run takes.
-BUDGETS_TABLES="INSERT INTO tb_buckets (name, capacity, refill_rate) SELECT 'k' || i, 1e12, 1e12 FROM generate_series(1, 10000) AS i;
-INSERT INTO tb_buckets (name, capacity, refill_rate, period, period_anchor, time_zone) SELECT 'q' || i, 1e12, 1e12, '1 month', '2026-01-01', 'Europe/Berlin' FROM generate_series(1, 10000) AS i;
-INSERT INTO tb_buckets (name, capacity, refill_rate, memory) SELECT 'mk' || i, 1e12, 1e12, true FROM generate_series(1, 10000) AS i;
-INSERT INTO tb_buckets (name, capacity, refill_rate, period, period_anchor, time_zone, memory) SELECT 'mq' || i, 1e12, 1e12, '1 month', '2026-01-01', 'Europe/Berlin', true FROM generate_series(1, 10000) AS i;
-INSERT INTO tb_buckets (name, capacity, refill_rate, memory) SELECT p || 'u:' || (i % 100) || ':' || i, 1e12, 1e12, p = 'm' FROM generate_series(1, 10000) AS i, unnest(ARRAY['', 'm']) AS p;
-INSERT INTO tb_buckets (name, capacity, refill_rate, memory) SELECT p || 't:' || i, 1e12, 1e12, p = 'm' FROM generate_series(0, 99) AS i, unnest(ARRAY['', 'm']) AS p;
-INSERT INTO tb_buckets (name, capacity, refill_rate, memory) VALUES ('o', 1e12, 1e12, false), ('mo', 1e12, 1e12, true);
+# ('mu:', 'mt:', 'mo'); every one holds far more than a run takes (1e9:
+# a cost of 1 is above the smallest a bucket accounts for, capacity / 2^32).
+BUDGETS_TABLES="INSERT INTO tb_buckets (name, capacity, refill_rate) SELECT 'k' || i, 1e9, 1e9 FROM generate_series(1, 10000) AS i;
+INSERT INTO tb_buckets (name, capacity, refill_rate, period, period_anchor, time_zone) SELECT 'q' || i, 1e9, 1e9, '1 month', '2026-01-01', 'Europe/Berlin' FROM generate_series(1, 10000) AS i;
+INSERT INTO tb_buckets (name, capacity, refill_rate, memory) SELECT 'mk' || i, 1e9, 1e9, true FROM generate_series(1, 10000) AS i;
+INSERT INTO tb_buckets (name, capacity, refill_rate, period, period_anchor, time_zone, memory) SELECT 'mq' || i, 1e9, 1e9, '1 month', '2026-01-01', 'Europe/Berlin', true FROM generate_series(1, 10000) AS i;
+INSERT INTO tb_buckets (name, capacity, refill_rate, memory) SELECT p || 'u:' || (i % 100) || ':' || i, 1e9, 1e9, p = 'm' FROM generate_series(1, 10000) AS i, unnest(ARRAY['', 'm']) AS p;
+INSERT INTO tb_buckets (name, capacity, refill_rate, memory) SELECT p || 't:' || i, 1e9, 1e9, p = 'm' FROM generate_series(0, 99) AS i, unnest(ARRAY['', 'm']) AS p;
+INSERT INTO tb_buckets (name, capacity, refill_rate, memory) VALUES ('o', 1e9, 1e9, false), ('mo', 1e9, 1e9, true);
 INSERT INTO tb_parents (child, parent) VALUES ('u:*', 't:{1}'), ('t:*', 'o'), ('mu:*', 'mt:{1}'), ('mt:*', 'mo');
 VACUUM ANALYZE;"
 
@@ -76,7 +77,8 @@ CG_WORK=$TB_TMP/callgrind-budgets
 mkdir -p "$CG_WORK"
 CG_RUNAS=("${TB_RUNAS[@]}")
 [ ${#CG_RUNAS[@]} -eq 0 ] || chown postgres: "$CG_WORK"
-cg_datadir "$CG_WORK/data" </dev/null
+# room for the 30,102 memory buckets (the default is 10,000)
+echo "tokenbucket.max_memory_buckets = 50000" | cg_datadir "$CG_WORK/data"
 cg_single "$CG_WORK/data" <<SQL
 CREATE EXTENSION tokenbucket;
 $BUDGETS_TABLES

@@ -6,16 +6,7 @@ CREATE EXTENSION tokenbucket;
 SELECT tb_create('e', 2, 1, '1 hour');
 CREATE TEMP TABLE before AS SELECT * FROM tb_buckets;
 
-CREATE FUNCTION pg_temp.catch(sql text,
-	OUT code text, OUT message text, OUT detail text, OUT hint text)
-LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE sql;
-	code := '00000';
-EXCEPTION WHEN others THEN
-	GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-		detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-END $$;
+\ir include/catch.sql
 
 \pset format unaligned
 \pset fieldsep ' | '

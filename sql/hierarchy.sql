@@ -9,16 +9,7 @@
 --
 CREATE EXTENSION tokenbucket;
 
-CREATE FUNCTION pg_temp.catch(sql text,
-	OUT code text, OUT message text, OUT detail text, OUT hint text)
-LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE sql;
-	code := '00000';
-EXCEPTION WHEN others THEN
-	GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-		detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-END $$;
+\ir include/catch.sql
 
 -- the tokens of every bucket there is, templates left out
 CREATE FUNCTION pg_temp.levels() RETURNS TABLE (name text, memory boolean, tokens numeric)

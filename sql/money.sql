@@ -10,16 +10,7 @@
 --
 CREATE EXTENSION tokenbucket;
 
-CREATE FUNCTION pg_temp.catch(sql text,
-	OUT code text, OUT message text, OUT detail text, OUT hint text)
-LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE sql;
-	code := '00000';
-EXCEPTION WHEN others THEN
-	GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-		detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-END $$;
+\ir include/catch.sql
 
 -- the prices: "small" always the same (its cached price NULL: the input
 -- price), "large" changed on 2020-01-01, "usd" in dollars, "later" only

@@ -12,16 +12,7 @@
 CREATE EXTENSION tokenbucket;
 SET timezone = 'UTC';
 
-CREATE FUNCTION pg_temp.catch(sql text,
-	OUT code text, OUT message text, OUT detail text, OUT hint text)
-LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE sql;
-	code := '00000';
-EXCEPTION WHEN others THEN
-	GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-		detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-END $$;
+\ir include/catch.sql
 
 -- A day's period around each daylight-saving change, midnight to
 -- midnight local time: 23 and 25 hours (Lord Howe: 23.5 and 24.5)

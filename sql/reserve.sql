@@ -10,16 +10,7 @@
 -- returns the error it raised.
 --
 CREATE EXTENSION tokenbucket;
-CREATE FUNCTION pg_temp.catch(sql text,
-	OUT code text, OUT message text, OUT detail text, OUT hint text)
-LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE sql;
-	code := '00000';
-EXCEPTION WHEN others THEN
-	GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-		detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-END $$;
+\ir include/catch.sql
 SELECT tb_create('t', 10, 1, '1000 hours'), tb_create('m', 10, 1, '1000 hours', memory => true);
 
 -- a full bucket of 10 with a reserve of 0.2: 8 is the most, exactly; a
