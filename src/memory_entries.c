@@ -558,9 +558,9 @@ memory_make_entry(const MemoryKey *key, int template_len, const Bucket *state,
 					(errcode(ERRCODE_OUT_OF_MEMORY),
 					 errmsg("no room for the calendar of memory token bucket \"%.*s\"",
 							key->name.len, key->name.name),
-					 errdetail("All %d calendars of memory quotas are taken: each different period, period_anchor and time_zone a memory bucket had since the server started takes one.",
+					 errdetail("All %d calendars of memory quotas are taken: each different calendar a memory bucket had since the server started takes one (calendars whose periods start at the same moments are one).",
 							   memory_calendars_count()),
-					 errhint("Give memory quotas of the same period the same period_anchor (tb_create_quota's \"starts\"), or make this one a table quota; a restart frees the calendars no memory bucket has.")));
+					 errhint("Start memory quotas of the same period at the same time of day (tb_create_quota's \"starts\"; its default does), or make this one a table quota; a restart frees the calendars no memory bucket has.")));
 		}
 		state = &shared_state;
 	}

@@ -16,7 +16,11 @@
 #    one too many is an error (53200, with a hint) where the quota is made
 #    or, from a template, first used; a quota of a calendar kept, a table
 #    quota, still made; a clean restart keeps only the calendars of the
-#    buckets saved.
+#    buckets saved;
+#  - calendars whose periods start at the same moments are kept once,
+#    whatever their anchors: 2,000 memory quotas each of days, months and
+#    hours on different anchors all made, each answering as a table quota
+#    of the same anchor does; calendars of different phases kept apart.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -159,9 +163,10 @@ my $filled = $node->safe_psql('postgres', q{
 	FROM cal_error});
 is($filled, 't|53200|no room for the calendar of memory token bucket "cal' .
 	($node->safe_psql('postgres', 'SELECT i FROM cal_error')) . '"|All 1024 calendars of memory quotas are taken: ' .
-	'each different period, period_anchor and time_zone a memory bucket had since the server started takes one.|' .
-	'Give memory quotas of the same period the same period_anchor (tb_create_quota\'s "starts"), or make this one a ' .
-	'table quota; a restart frees the calendars no memory bucket has.|0',
+	'each different calendar a memory bucket had since the server started takes one ' .
+	'(calendars whose periods start at the same moments are one).|' .
+	'Start memory quotas of the same period at the same time of day (tb_create_quota\'s "starts"; its default does), ' .
+	'or make this one a table quota; a restart frees the calendars no memory bucket has.|0',
 	'the memory quota of a calendar too many: 53200 with a hint, and no quota made');
 is($node->safe_psql('postgres', q{
 	SELECT tb_create_quota('same', 10, '1 day', 'UTC', '2025-01-01 00:01', memory => true),
@@ -171,7 +176,7 @@ is($node->safe_psql('postgres', q{
 	'||
 t|f|t|f', 'a full table of calendars: a memory quota of a calendar kept, a table quota, a template still made and charged');
 my ($rc, $out, $err) = $node->psql('postgres', q{SELECT tb_acquire('newt:1')});
-like($err, qr/no room for the calendar of memory token bucket "newt:1".*HINT:  Give memory quotas/s,
+like($err, qr/no room for the calendar of memory token bucket "newt:1".*HINT:  Start memory quotas/s,
 	'a memory template\'s key of a calendar too many: the error at its first call');
 $node->safe_psql('postgres', q{SELECT count(tb_drop('cal' || i)) FROM generate_series(1, 1100) AS i
 	WHERE EXISTS (SELECT FROM tb_buckets WHERE name = 'cal' || i)});
@@ -182,6 +187,72 @@ is($node->safe_psql('postgres', q{
 	       (SELECT count(*) FROM tb_memory_buckets() WHERE name = 'newt:1')}),
 	'
 f|t|f|f|1', 'after a clean restart, the calendars of buckets dropped are free, those saved kept (a new key: empty since part 2\'s crash)');
+
+# 6: calendars that start their periods at the same moments are kept once,
+# whatever their anchors: 2,000 memory quotas each of '1 day' (anchors on
+# 2,000 days, at 24 times of day), '1 month' (2,000 months from 1890, on
+# every day of the month, the last ones included) and '1 hour' (2,000
+# hours, across the change to summer time, on the quarter hours), all in
+# Europe/Berlin: all made; each, spent, answers as a table quota of the
+# same anchor (its twin) does, before and after a clean restart, and so
+# do a few whose day of month only some months have, and durations.  A pair each of
+# '3 months' and '7 days' of different phases stays two calendars.
+$node->safe_psql('postgres', q{
+	CREATE TABLE twins (name text PRIMARY KEY, period interval, starts timestamp);
+	INSERT INTO twins
+	SELECT 'day' || i, '1 day'::interval, '2023-01-01'::timestamp + i * interval '1 day' + i % 24 * interval '1 hour'
+	FROM generate_series(1, 2000) AS i
+	UNION ALL
+	SELECT 'month' || i, '1 month'::interval,
+	       date_trunc('month', '1890-01-01'::timestamp + i * interval '1 month') +
+	       CASE WHEN i % 5 = 0 THEN interval '1 month' - interval '1 day'
+	            ELSE i % 28 * interval '1 day' END + i % 3 * interval '1 hour'
+	FROM generate_series(1, 2000) AS i
+	UNION ALL
+	SELECT 'hour' || i, '1 hour'::interval, '2026-02-01'::timestamp + i * interval '1 hour' + i % 4 * interval '15 minutes'
+	FROM generate_series(1, 2000) AS i
+	UNION ALL
+	VALUES ('x-3mo-jan', '3 months'::interval, '2026-01-01'::timestamp), ('x-3mo-feb', '3 months', '2026-02-01'),
+	       ('x-7d-mon', '7 days', '2026-01-05 06:00'), ('x-7d-tue', '7 days', '2026-01-06 06:00'),
+	       -- the 31st of a phase whose first month has 30 days, February 29 every 12 and 36 months
+	       ('x-3mo-31st', '3 months', '2026-05-31 08:00'), ('x-12mo-feb29', '12 months', '2028-02-29'),
+	       ('x-36mo-feb29', '36 months', '2004-02-29 12:00'),
+	       -- durations: periods of moments, whatever the local time
+	       ('x-24h', '24 hours', '2026-01-05 06:00'), ('x-90min', '90 minutes', '2026-07-05 06:00');
+});
+for my $kind ('day', 'month', 'hour', 'x-')
+{
+	my ($rc, $out, $err) = $node->psql('postgres', qq{
+		SELECT count(tb_create_quota('m:' || name, 10, period, 'Europe/Berlin', starts, memory => true)),
+		       count(tb_create_quota('t:' || name, 10, period, 'Europe/Berlin', starts))
+		FROM twins WHERE name LIKE '$kind%'});
+	is($rc . $err . $out, '0' . ($kind eq 'x-' ? '9|9' : '2000|2000'),
+		"every memory quota of '$kind' made, and its table twin");
+}
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FILTER (WHERE (SELECT granted FROM tb_try('m:' || name, 10))),
+	       count(*) FILTER (WHERE (SELECT granted FROM tb_try('t:' || name, 10)))
+	FROM twins}),
+	'6009|6009', 'each quota spent');
+sub twins_differ
+{
+	return $node->safe_psql('postgres', q{
+		SELECT count(*) FILTER (WHERE m.retry_after_seconds IS NULL OR m.retry_after_seconds <= 0 OR
+		                        abs(m.retry_after_seconds - t.retry_after_seconds) > 60 OR
+		                        abs(m.reset_after_seconds - t.reset_after_seconds) > 60),
+		       (array_agg(w.name || ' ' || m.retry_after || ' ' || t.retry_after ORDER BY w.name)
+		           FILTER (WHERE abs(m.retry_after_seconds - t.retry_after_seconds) > 60))[1:3]
+		FROM twins AS w, tb_peek('m:' || w.name, 10) AS m, tb_peek('t:' || w.name, 10) AS t});
+}
+is(twins_differ(), '0|', 'each memory quota, spent, says when its next period starts as its table twin does');
+is($node->safe_psql('postgres', q{
+	SELECT abs(a.retry_after_seconds - b.retry_after_seconds) > 3600,
+	       abs(c.retry_after_seconds - d.retry_after_seconds) > 3600
+	FROM tb_peek('m:x-3mo-jan', 10) AS a, tb_peek('m:x-3mo-feb', 10) AS b,
+	     tb_peek('m:x-7d-mon', 10) AS c, tb_peek('m:x-7d-tue', 10) AS d}),
+	't|t', "'3 months' from January and from February, '7 days' from a Monday and a Tuesday: each its own calendar");
+$node->restart;
+is(twins_differ(), '0|', 'after a clean restart, each memory quota is still spent and answers as its twin');
 
 $node->stop;
 done_testing();
