@@ -11,7 +11,7 @@
 CREATE EXTENSION tokenbucket;
 SET timezone = 'UTC';
 
-\ir include/catch.sql
+\i sql/include/catch.sql
 
 -- the thresholds each quota has reached in this period, by its events
 CREATE FUNCTION pg_temp.reached() RETURNS TABLE (bucket text, thresholds text)

@@ -6,7 +6,7 @@ CREATE EXTENSION tokenbucket;
 SELECT tb_create('e', 2, 1, '1 hour');
 CREATE TEMP TABLE before AS SELECT * FROM tb_buckets;
 
-\ir include/catch.sql
+\i sql/include/catch.sql
 
 \pset format unaligned
 \pset fieldsep ' | '

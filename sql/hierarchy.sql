@@ -9,7 +9,7 @@
 --
 CREATE EXTENSION tokenbucket;
 
-\ir include/catch.sql
+\i sql/include/catch.sql
 
 -- the tokens of every bucket there is, templates left out
 CREATE FUNCTION pg_temp.levels() RETURNS TABLE (name text, memory boolean, tokens numeric)

@@ -10,7 +10,7 @@
 --
 CREATE EXTENSION tokenbucket;
 
-\ir include/catch.sql
+\i sql/include/catch.sql
 
 -- the prices: "small" always the same (its cached price NULL: the input
 -- price), "large" changed on 2020-01-01, "usd" in dollars, "later" only

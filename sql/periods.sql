@@ -12,7 +12,7 @@
 CREATE EXTENSION tokenbucket;
 SET timezone = 'UTC';
 
-\ir include/catch.sql
+\i sql/include/catch.sql
 
 -- A day's period around each daylight-saving change, midnight to
 -- midnight local time: 23 and 25 hours (Lord Howe: 23.5 and 24.5)

@@ -10,7 +10,7 @@
 -- returns the error it raised.
 --
 CREATE EXTENSION tokenbucket;
-\ir include/catch.sql
+\i sql/include/catch.sql
 SELECT tb_create('t', 10, 1, '1000 hours'), tb_create('m', 10, 1, '1000 hours', memory => true);
 
 -- a full bucket of 10 with a reserve of 0.2: 8 is the most, exactly; a

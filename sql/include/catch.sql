@@ -1,7 +1,7 @@
 -- catch(sql): runs a statement and returns the error it raised (code
 -- '00000' when none), so that a test shows each error path's SQLSTATE,
 -- message, detail and hint and goes on.  Included by the tests that need
--- it (\ir include/catch.sql).
+-- it (\i sql/include/catch.sql: pg_regress runs psql in the top folder).
 CREATE FUNCTION pg_temp.catch(sql text,
 	OUT code text, OUT message text, OUT detail text, OUT hint text)
 LANGUAGE plpgsql AS $$
