@@ -122,5 +122,6 @@ extern void period_from_datums(BucketPeriod *period, const Datum *values,
 extern void period_to_datums(const BucketPeriod *period, Datum *values,
 							 char *nulls);
 extern const BucketPeriod *period_intern(const BucketPeriod *period);
+extern void period_xact_end(void);
 
 #endif							/* TOKENBUCKET_BUCKET_H */

@@ -32,7 +32,6 @@
 
 #include "bucket.h"
 #include "common/int.h"
-#include "access/xact.h"
 #include "fmgr.h"
 #include "pgtime.h"
 #include "utils/builtins.h"
@@ -439,14 +438,14 @@ period_to_datums(const BucketPeriod *period, Datum *values, char *nulls)
 	memset(nulls, ' ', 3);
 }
 
-/* Transaction end: this backend's calendars may go at the next interning. */
-static void
-interned_xact_end(XactEvent event, void *arg)
+/*
+ * A transaction's end (xact.c): this backend's calendars may go at the
+ * next interning, since no Bucket of the transaction refers to them now.
+ */
+void
+period_xact_end(void)
 {
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
-		event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||
-		event == XACT_EVENT_PARALLEL_ABORT)
-		interned_may_go = true;
+	interned_may_go = true;
 }
 
 /*
@@ -460,7 +459,6 @@ interned_xact_end(XactEvent event, void *arg)
 const BucketPeriod *
 period_intern(const BucketPeriod *period)
 {
-	static bool registered = false;
 	bool		found;
 
 	if (period->months == 0 && period->days == 0 && period->usecs == 0)
@@ -482,9 +480,6 @@ period_intern(const BucketPeriod *period)
 		ctl.hcxt = TopMemoryContext;
 		interned = hash_create("tokenbucket calendars", 16, &ctl,
 							   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-		if (!registered)
-			RegisterXactCallback(interned_xact_end, NULL);
-		registered = true;
 	}
 	return hash_search(interned, period, HASH_ENTER, &found);
 }

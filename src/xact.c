@@ -32,7 +32,9 @@
  *	   its end, a subtransaction's at its abort; then the alerts (alerts.c):
  *	   the events a (sub)transaction learnt exist are kept if it commits
  *	   and forgotten if it aborts or is prepared (the row may be its own),
- *	   and a change of thresholds committed reaches every backend.
+ *	   and a change of thresholds committed reaches every backend; and
+ *	   the calendars of quotas this backend keeps (period.c) may be
+ *	   dropped, none of the transaction's Buckets referring to them now.
  *	5. the counters (stats.c): last, so that everything above has counted
  *	   what it counts before the transaction's counts are flushed.
  *
@@ -73,6 +75,7 @@
 
 #include "access/xact.h"
 #include "alerts.h"
+#include "bucket.h"
 #include "held.h"
 #include "lease_memory_xact.h"
 #include "lib/stringinfo.h"
@@ -171,6 +174,7 @@ xact_callback(XactEvent event, void *arg)
 	limit_wake_xact_end(commit);
 	held_xact_end();
 	alerts_xact_end(commit && event != XACT_EVENT_PREPARE);
+	period_xact_end();
 	stats_xact_end(commit);
 }
 
