@@ -31,6 +31,7 @@
 #include "postgres.h"
 
 #include "bucket.h"
+#include "common.h"
 #include "common/int.h"
 #include "fmgr.h"
 #include "pgtime.h"
