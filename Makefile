@@ -17,7 +17,8 @@ ISOLATION = race_last_token wait_uncommitted rollback_returns all_or_nothing \
 	acquire_all_deadlock template_first_use concurrent_purge memory_race \
 	memory_committed lease_last_slot lease_memory_last_slot reserve_race \
 	template_copy xact_prepare give_back_buckets give_back_limits ensure_race \
-	lease_kinds_held deny_committed hierarchy_cache hierarchy_team alerts_notify
+	lease_kinds_held deny_committed hierarchy_cache hierarchy_team alerts_notify \
+	period_boundary
 ISOLATION_OPTS = --inputdir=test/isolation
 
 # warnings are errors; silence only what PostgreSQL's own headers trigger
