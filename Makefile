@@ -11,13 +11,14 @@ DOCS = prometheus/tokenbucket.yaml
 
 # pg_regress: inputs in sql/, outputs in expected/
 REGRESS = api errors nulls ensure clock security settle all templates upgrade exact look memory stats \
-	untrusted leases leases_memory lease_kinds lease_kinds_swapped deny reserve money periods hierarchy alerts
+	untrusted leases leases_memory lease_kinds lease_kinds_swapped deny reserve money periods hierarchy alerts ensure_quota
 # isolation specs live in test/isolation/{specs,expected}
 ISOLATION = race_last_token wait_uncommitted rollback_returns all_or_nothing \
 	acquire_all_deadlock template_first_use concurrent_purge memory_race \
 	memory_committed lease_last_slot lease_memory_last_slot reserve_race \
 	template_copy xact_prepare give_back_buckets give_back_limits ensure_race \
-	lease_kinds_held deny_committed hierarchy_cache hierarchy_team alerts_notify
+	lease_kinds_held deny_committed hierarchy_cache hierarchy_team alerts_notify \
+	ensure_quota_race period_boundary
 ISOLATION_OPTS = --inputdir=test/isolation
 
 # warnings are errors; silence only what PostgreSQL's own headers trigger

@@ -46,7 +46,7 @@ INSERT INTO samples VALUES
 	('tb_set_alerts', 'bucket', '''q'''), (NULL, 'thresholds', '''{0.5}'''),
 	-- names that do not exist yet, and limits
 	('tb_create', 'name', '''new'''), ('tb_ensure', 'name', '''new'''),
-	('tb_create_quota', 'name', '''new'''),
+	('tb_create_quota', 'name', '''new'''), ('tb_ensure_quota', 'name', '''new'''),
 	('tb_create_limit', 'name', '''new'''), ('tb_ensure_limit', 'name', '''new'''),
 	('tb_alter_limit', 'name', '''l'''), ('tb_lease', 'name', '''l'''),
 	('tb_lease_wait', 'name', '''l'''), ('tb_lease_all', 'name', '''l'''),
@@ -83,6 +83,7 @@ INSERT INTO documented VALUES
 	('tb_holder_alive', 'started', 'a transaction''s holder: this one', '^result: \{true\}$'),
 	('tb_set_parent', 'parent', 'no parent', '^result: \{""\}$'),
 	('tb_create_quota', 'starts', 'the current day, month or hour', '^result: \{""\}$'),
+	('tb_ensure_quota', 'starts', 'its own anchor, or the default', '^result: \{created\}$'),
 	('tb_set_alerts', 'thresholds', 'none', '^result: \{""\}$'),
 	-- the pure helpers: STRICT, NULL in, NULL out; their 1.9 forms are
 	-- not, but give NULL as well, except for a NULL period: a continuous

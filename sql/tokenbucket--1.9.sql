@@ -1697,3 +1697,25 @@ WHERE s.max_in_flight IS NOT NULL;
 
 COMMENT ON VIEW @extschema@.tb_stats IS
 	'each bucket''s and limit''s counters since the server started (kept across a clean restart) or tb_stats_reset, with its settings and what it holds now; a quota''s spend, remaining tokens and period end';
+
+--
+-- tb_create_quota's quota as a set-up that can be run again, as tb_ensure
+-- is tb_create's: made if missing ('created'), given these settings if it
+-- has others ('changed': a new budget or carry keeps the tokens held,
+-- capped; a table quota's new calendar counts from now on), or left as it
+-- is ('unchanged'; a NULL starts keeps its anchor for the same period).
+-- A memory quota's calendar, where tokens live, and a continuous bucket
+-- of that name are not changed in place: refused.  The DBA's, like
+-- tb_create_quota.
+--
+CREATE FUNCTION @extschema@.tb_ensure_quota(name text, budget float8, period interval,
+	time_zone text DEFAULT 'UTC', starts timestamp DEFAULT NULL,
+	carry_max float8 DEFAULT 0, memory boolean DEFAULT false)
+RETURNS text
+AS 'MODULE_PATHNAME', 'tb_ensure_quota'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_ensure_quota(text, float8, interval, text, timestamp, float8, boolean) IS
+	'tb_create_quota''s quota, made if missing (''created''), given these settings if it has others, keeping its tokens (''changed''), or left as it is (''unchanged'')';
+
+REVOKE ALL ON FUNCTION @extschema@.tb_ensure_quota(text, float8, interval, text, timestamp, float8, boolean) FROM PUBLIC;

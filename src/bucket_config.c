@@ -3,7 +3,8 @@
  * bucket_config.c
  *	  A bucket's configuration, in tb_buckets through SPI: its row, or the
  *	  template that makes it; the rows that tb_create, tb_alter and
- *	  tb_drop write for memory buckets; the check of a row written.
+ *	  tb_drop write for memory buckets; a quota's new calendar
+ *	  (tb_ensure_quota); the check of a row written.
  *
  * Every bucket and template has its configuration in a row of tb_buckets
  * (name, capacity, refill_rate, memory), except the buckets made from a
@@ -129,6 +130,26 @@ static KeptPlan memory_settings_plan = {
 	" WHERE name OPERATOR(pg_catalog.=) $1 AND memory",
 	.nargs = 4, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID},
 	.holds = HELD_BUCKET
+};
+
+/*
+ * A quota's new calendar ($2, $3, $4) from $5 on: its deficit brought to
+ * $5 by the calendar it had, so that its tokens are kept; of a row, or of
+ * the buckets made from template $1.
+ */
+#define PERIOD_SET_SQL(row) "UPDATE %1$s.tb_buckets AS b" \
+	" SET deficit = %1$s.tb_resize(b.capacity, b.refill_rate, b.deficit, b.updated_at," \
+	" b.capacity, $5, b.period, b.period_anchor, b.time_zone)," \
+	" updated_at = GREATEST(b.updated_at, $5), period = $2, period_anchor = $3, time_zone = $4" \
+	" WHERE b." row " OPERATOR(pg_catalog.=) $1"
+static KeptPlan period_plan = {
+	.sql = PERIOD_SET_SQL("name"),
+	.nargs = 5, .argtypes = {TEXTOID, INTERVALOID, TIMESTAMPOID, TEXTOID, TIMESTAMPTZOID},
+	.holds = HELD_BUCKET
+};
+static KeptPlan period_made_plan = {
+	.sql = PERIOD_SET_SQL("template"),
+	.nargs = 5, .argtypes = {TEXTOID, INTERVALOID, TIMESTAMPOID, TEXTOID, TIMESTAMPTZOID}
 };
 
 /* A memory bucket's or template's row gone. */
@@ -428,6 +449,26 @@ bucket_config_set_memory(Oid relid, text *name, double capacity,
 	if (isnan(refill_rate))
 		nulls[2] = 'n';
 	return plan_run(&memory_settings_plan, relid, args, nulls) == 1;
+}
+
+/*
+ * Give the row of quota "name" (a template: and the buckets made from it)
+ * calendar "period" from "now" on, keeping the tokens each holds.  The
+ * table's trigger refuses a memory quota's (0A000).
+ */
+void
+bucket_config_set_period(Oid relid, text *name, const BucketPeriod *period,
+						 TimestampTz now)
+{
+	Datum		args[5];
+	char		nulls[6] = "     ";
+
+	args[0] = PointerGetDatum(name);
+	period_to_datums(period, args + 1, nulls + 1);
+	args[4] = TimestampTzGetDatum(now);
+	(void) plan_run(&period_plan, relid, args, nulls);
+	if (is_template_name(name))
+		(void) plan_run(&period_made_plan, relid, args, nulls);
 }
 
 /* Delete the row of memory bucket or template "name"; false when none. */

@@ -50,6 +50,8 @@ extern void bucket_config_row_settings(HeapTuple row, TupleDesc desc,
 									   Bucket *settings);
 extern bool bucket_config_set_memory(Oid relid, text *name, double capacity,
 									 double refill_rate, TimestampTz now);
+extern void bucket_config_set_period(Oid relid, text *name,
+									 const BucketPeriod *period, TimestampTz now);
 extern bool bucket_config_delete_memory(Oid relid, text *name);
 extern HeapTuple bucket_config_check_row(TriggerData *trigdata);
 

@@ -771,55 +771,50 @@ router_create(Installation *inst, text *name, double capacity,
 }
 
 /*
- * Make bucket (or template) "name" as router_create() does when it has no
- * row; otherwise give its row these settings when it has others, keeping
- * its tokens as router_alter() does, or leave it.  Where its tokens live
- * cannot change so: refused.  A row another transaction is inserting is
- * waited for (the INSERT's conflict), then read as committed.
+ * Make bucket (or template) "name" in state "made" (tb_create's full
+ * bucket, or tb_create_quota's quota) when it has no row: true.
+ * Otherwise false, with its row's configuration in *found, for the caller
+ * to compare and change; where its tokens live cannot change so: refused.
+ * A row another transaction is inserting is waited for (the INSERT's
+ * conflict), then read as committed.
  */
-EnsureResult
-router_ensure(Installation *inst, text *name, double capacity,
-			  double refill_rate, bool memory)
+bool
+router_ensure(Installation *inst, text *name, const Bucket *made, bool memory,
+			  BucketConfig *found)
 {
 	SpiSession	session = spi_begin(inst, true);
 	Oid			relid = installation_table(inst);
-	TimestampTz now = GetCurrentTimestamp();
-	EnsureResult result = ENSURE_CREATED;
+	bool		created = true;
 
 	if (memory)
 		memory_store.check_make(VARSIZE_ANY_EXHDR(name) -
 								(is_template_name(name) ? 1 : 0));
 	for (int attempt = 0;
-		 !bucket_config_insert(relid, name, capacity, refill_rate, memory, now);
+		 !bucket_config_insert_state(relid, name, made, memory);
 		 attempt++)
 	{
-		BucketConfig config;
-
 		/* taken, and dropped before it could be read: make it again */
-		if (bucket_config_find(relid, name, now, true, 0, &config) != CONFIG_ROW)
+		if (bucket_config_find(relid, name, made->updated_at, true, 0, found) != CONFIG_ROW)
 		{
 			if (attempt == 2)
 				report_missing(name);
 			continue;
 		}
-		if (config.memory != memory)
+		if (found->memory != memory)
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 					 errmsg("token bucket \"%s\" keeps its tokens in %s, not in %s",
 							text_to_cstring(name),
-							config.memory ? "shared memory" : "the table",
-							config.memory ? "the table" : "shared memory"),
-					 errdetail("Where a bucket's tokens live is chosen when it is made; tb_ensure changes its capacity and rate in place, not its kind."),
+							found->memory ? "shared memory" : "the table",
+							found->memory ? "the table" : "shared memory"),
+					 errdetail("Where a bucket's tokens live is chosen when it is made; tb_ensure and tb_ensure_quota change its settings in place, not its kind."),
 					 errhint("Drop it with tb_drop() and ensure it again, or ensure it with memory => %s.",
-							 config.memory ? "true" : "false")));
-		result = config.bucket.capacity == capacity &&
-			config.bucket.refill_rate == refill_rate ? ENSURE_UNCHANGED : ENSURE_CHANGED;
+							 found->memory ? "true" : "false")));
+		created = false;
 		break;
 	}
 	spi_end(&session);
-	if (result == ENSURE_CHANGED)
-		router_alter(inst, name, capacity, refill_rate);
-	return result;
+	return created;
 }
 
 /*

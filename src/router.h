@@ -15,6 +15,7 @@
 #ifndef TOKENBUCKET_ROUTER_H
 #define TOKENBUCKET_ROUTER_H
 
+#include "bucket_config.h"
 #include "common.h"
 #include "stats.h"
 #include "store.h"
@@ -43,8 +44,8 @@ extern void router_alter(Installation *inst, text *name, double capacity,
 						 double refill_rate);
 extern bool router_create(Installation *inst, text *name, double capacity,
 						  double refill_rate, bool memory);
-extern EnsureResult router_ensure(Installation *inst, text *name, double capacity,
-								  double refill_rate, bool memory);
+extern bool router_ensure(Installation *inst, text *name, const Bucket *made,
+						  bool memory, BucketConfig *found);
 extern bool router_drop(Installation *inst, text *name);
 extern uint64 router_purge(Installation *inst, TimestampTz idle_since,
 						   TimestampTz now);

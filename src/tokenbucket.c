@@ -853,13 +853,19 @@ tb_ensure(PG_FUNCTION_ARGS)
 	static const ArgsSpec args = {"tb_ensure", 0, {"name", "capacity", "refill", "per", "memory"}};
 	Installation inst = installation_of(fcinfo);
 	text	   *name;
-	double		capacity;
-	double		rate;
+	Bucket		made = {.paused_until = DT_NOBEGIN};
+	BucketConfig found;
 
 	check_not_null(fcinfo, &args);
-	name = settings_from_args(fcinfo, &capacity, &rate);
-	PG_RETURN_TEXT_P(ensure_result_text(router_ensure(&inst, name, capacity, rate,
-													  PG_GETARG_BOOL(4))));
+	name = settings_from_args(fcinfo, &made.capacity, &made.refill_rate);
+	made.updated_at = GetCurrentTimestamp();
+	if (router_ensure(&inst, name, &made, PG_GETARG_BOOL(4), &found))
+		PG_RETURN_TEXT_P(ensure_result_text(ENSURE_CREATED));
+	if (found.bucket.capacity == made.capacity &&
+		found.bucket.refill_rate == made.refill_rate)
+		PG_RETURN_TEXT_P(ensure_result_text(ENSURE_UNCHANGED));
+	router_alter(&inst, name, made.capacity, made.refill_rate);
+	PG_RETURN_TEXT_P(ensure_result_text(ENSURE_CHANGED));
 }
 
 PG_FUNCTION_INFO_V1(tb_alter);
