@@ -124,6 +124,26 @@ SELECT c.call, r.code, r.message FROM (VALUES
 SELECT name, capacity, refill_rate AS budget, period, time_zone, memory FROM tb_status
 WHERE name IN ('mday', 'mmonth', 'muser:*', 'day', 'rate', 'mrate', 'x') ORDER BY name;
 
+-- a quota's refill is its budget a period, not a rate: tb_ensure and
+-- tb_alter's per, which give a rate, refuse a quota (named, a template, a
+-- template's key, table and memory) and change nothing
+SELECT tb_ensure_quota('tq', 500, '1 month', 'Europe/Berlin'),
+	tb_ensure_quota('mq', 500, '1 month', 'Europe/Berlin', memory => true),
+	tb_ensure_quota('tq:*', 20, '1 day', 'Europe/Berlin');
+SELECT c.call, r.code, r.message, r.detail, r.hint FROM (VALUES
+	($$SELECT tb_ensure('tq', 500, 500, '1 month')$$),
+	($$SELECT tb_ensure('mq', 500, 500, '1 month', memory => true)$$),
+	($$SELECT tb_ensure('tq:*', 20, 20, '1 day')$$),
+	($$SELECT tb_alter('tq', refill => 400, per => '1 month')$$),
+	($$SELECT tb_alter('mq', refill => 400, per => '1 month')$$),
+	($$SELECT tb_alter('tq:*', refill => 10, per => '1 day')$$),
+	($$SELECT tb_alter('tq:ann', refill => 10, per => '1 day')$$)
+) AS c(call), pg_temp.catch(c.call) AS r;
+-- refill alone is the budget: allowed
+SELECT tb_alter('tq', capacity => 400, refill => 400);
+SELECT name, capacity, refill_rate AS budget, period FROM tb_status
+WHERE name IN ('tq', 'mq', 'tq:*') ORDER BY name;
+
 -- like tb_create_quota: not PUBLIC's; the owner grants it
 CREATE ROLE regress_tb_ensure_quota_app;
 SET ROLE regress_tb_ensure_quota_app;

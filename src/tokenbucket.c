@@ -24,6 +24,7 @@
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "bucket_config.h"
 #include "common.h"
 #include "held.h"
 #include "hierarchy.h"
@@ -839,6 +840,23 @@ tb_create(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/*
+ * Refuse to give quota "name" a rate: a quota's refill_rate is the budget
+ * each period's start adds, which tb_ensure's refill and per, and
+ * tb_alter's per, would silently turn into a few millionths of a token.
+ */
+static void
+refuse_rate_for_quota(text *name, bool quota, const char *function)
+{
+	if (quota)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("token bucket \"%s\" is a quota", text_to_cstring(name)),
+				 errdetail("A quota gets its budget back at each period's start; %s gives a rate per second.",
+						   function),
+				 errhint("Use tb_ensure_quota(), or tb_alter() with refill alone, which is the budget a period.")));
+}
+
 PG_FUNCTION_INFO_V1(tb_ensure);
 
 /*
@@ -861,6 +879,7 @@ tb_ensure(PG_FUNCTION_ARGS)
 	made.updated_at = GetCurrentTimestamp();
 	if (router_ensure(&inst, name, &made, PG_GETARG_BOOL(4), &found))
 		PG_RETURN_TEXT_P(ensure_result_text(ENSURE_CREATED));
+	refuse_rate_for_quota(name, found.bucket.period != NULL, "tb_ensure");
 	if (found.bucket.capacity == made.capacity &&
 		found.bucket.refill_rate == made.refill_rate)
 		PG_RETURN_TEXT_P(ensure_result_text(ENSURE_UNCHANGED));
@@ -900,6 +919,18 @@ tb_alter(PG_FUNCTION_ARGS)
 				 errmsg("per needs refill"),
 				 errdetail("The refill rate is refill tokens every per; per alone does not give it."),
 				 errhint("Pass both, as in tb_alter('name', refill => 60, per => '1 minute').")));
+	if (!PG_ARGISNULL(3))
+	{
+		SpiSession	session = spi_begin(&inst, false);
+		BucketConfig config;
+		bool		quota;
+
+		quota = bucket_config_find(installation_table(&inst), name, GetCurrentTimestamp(),
+								   true, 0, &config) != CONFIG_NONE &&
+			config.bucket.period != NULL;
+		spi_end(&session);
+		refuse_rate_for_quota(name, quota, "per");
+	}
 	if (!PG_ARGISNULL(2))
 	{
 		Interval	one_second = {.time = USECS_PER_SEC};
