@@ -205,8 +205,8 @@ try_peek() {
 old_shard=$(try_peek)
 px_psql a tb_p1 -c 'ALTER EXTENSION tokenbucket_shard UPDATE'
 new_shard=$(try_peek)
-if [ "$old_shard" = "$(printf '\ntrue NULL\nfalse NULL\nfalse NULL\nfalse NULL')" ] &&
-	[ "$new_shard" = "$(printf '\ntrue NULL\nfalse %s\nfalse %s\nfalse %s' "$name" "$name" "$name")" ]; then
+if [ "$old_shard" = "$(printf '\nt NULL\nf NULL\nf NULL\nf NULL')" ] &&
+	[ "$new_shard" = "$(printf '\nt NULL\nf %s\nf %s\nf %s' "$name" "$name" "$name")" ]; then
 	ok "tb_try and tb_peek through the proxy: NULL denied_by from a shard on tokenbucket_shard 1.0, the level once updated"
 else
 	not_ok "denied_by from a shard on tokenbucket_shard 1.0" "1.0: $old_shard" "updated: $new_shard"
