@@ -7,15 +7,17 @@
 # session, open no more shard sessions than 2,000 good calls and take at
 # most twice as long (PL/Proxy used to drop its connection after each
 # error); that an update from 1.2 keeps who may refund; that a fresh
-# install has the objects of every earlier version updated
-# (proxy/test/upgrade.sql); and that a shard without tokenbucket_shard says
+# install has the objects of every earlier version updated, of
+# tokenbucket_proxy and of tokenbucket_shard (proxy/test/upgrade.sql);
+# that a shard still on tokenbucket_shard 1.0 answers tb_try and tb_peek
+# with a NULL denied_by; and that a shard without tokenbucket_shard says
 # what to create.  Prints what a good call costs each side, against
 # PL/Proxy's plain call.  Prints TAP.
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 source "$TOP/proxy/test/tap.sh"
 
-echo "1..7"
+echo "1..9"
 px_init
 for s in a proxy; do px_server "$s"; done
 px_cluster tb a:tb_p0 a:tb_p1 2>/dev/null
@@ -163,15 +165,16 @@ got=$(px_psql proxy tb_old -c "SELECT extversion FROM pg_extension WHERE extname
 	-c "SELECT has_function_privilege('regress_refunder', 'tb_routed_refund(text, float8)', 'EXECUTE'),
 	           has_function_privilege('public', 'tb_routed_refund(text, float8)', 'EXECUTE'),
 	           has_function_privilege('public', 'tb_routed_acquire(text)', 'EXECUTE')")
-if [ "$got" = "$(printf '1.4\nt|f|t')" ]; then
+default=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$TOP/proxy/tokenbucket_proxy.control")
+if [ "$got" = "$(printf '%s\nt|f|t' "$default")" ]; then
 	ok "an update from 1.2 grants tb_routed_refund to who may refund, not to PUBLIC"
 else
 	not_ok "the update's grants" "$got"
 fi
 
-# 5. a fresh install (tokenbucket_proxy--<default>.sql alone) has the
+# 5-6. a fresh install (tokenbucket_proxy--<default>.sql alone) has the
 # objects of an install of each earlier version updated: definitions,
-# bodies to the character, comments, privileges
+# bodies to the character, comments, privileges; and tokenbucket_shard's
 P -c "CREATE DATABASE tb_installs" >/dev/null
 out=$(px_psql proxy tb_installs -f "$TOP/proxy/test/upgrade.sql" 2>&1) || true
 default=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$TOP/proxy/tokenbucket_proxy.control")
@@ -184,11 +187,48 @@ else
 	mapfile -t lines < <(head -n 40 <<<"$out")
 	not_ok "a fresh install differs from an update" "${lines[@]}"
 fi
+# and so has tokenbucket_shard's
+px_psql a postgres -c "CREATE DATABASE tb_shard_installs" >/dev/null
+out=$(px_psql a tb_shard_installs -c 'CREATE EXTENSION tokenbucket' -v ext=tokenbucket_shard \
+	-f "$TOP/proxy/test/upgrade.sql" 2>&1) || true
+default=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$TOP/proxy/tokenbucket_shard.control")
+objects=$(sed -n "s/^installed $default, \([0-9]*\) objects$/\1/p" <<<"$out")
+updated=$(sed -n 's/^from \([0-9.]*\): 0 differences$/\1/p' <<<"$out" | paste -sd ' ')
+if [ -n "$objects" ] && [ "$(wc -w <<<"$updated")" -ge 1 ] &&
+	[ "$(grep -vcx 'from [0-9.]*: 0 differences' <<<"$out")" -eq 1 ]; then
+	ok "a fresh install of tokenbucket_shard $default has the $objects objects of each of $updated, installed and updated"
+else
+	mapfile -t lines < <(head -n 40 <<<"$out")
+	not_ok "a fresh install of tokenbucket_shard differs from an update" "${lines[@]}"
+fi
 
-# 6. a shard without tokenbucket_shard: the error says what to create
-px_psql a tb_p1 -c 'DROP EXTENSION tokenbucket_shard' || true
+# 7. a shard whose tokenbucket_shard is still 1.0 (tokenbucket 1.8's
+# package, or 1.9's not yet updated) answers tb_try and tb_peek through the
+# proxy with a NULL denied_by, not an error; updated, with the level
+# that refused
+px_psql a tb_p1 -c 'DROP EXTENSION tokenbucket_shard' -c "CREATE EXTENSION tokenbucket_shard VERSION '1.0'"
 name=$(P -c "SELECT n FROM (SELECT 'x' || i AS n FROM generate_series(1, 50) AS i) AS s
              WHERE tb_shard(n) = 1 LIMIT 1")
+P -c "SELECT tb_create('$name', 2, 1, '1000 hours')" >/dev/null
+try_peek() {
+	P -c "SELECT tb_reset('$name')" \
+		-c "SELECT concat_ws(' ', granted, coalesce(denied_by, 'NULL')) FROM tb_try('$name', 2)" \
+		-c "SELECT concat_ws(' ', granted, coalesce(denied_by, 'NULL')) FROM tb_try('$name', 1, 0.1)" \
+		-c "SELECT concat_ws(' ', granted, coalesce(denied_by, 'NULL')) FROM tb_peek('$name')" \
+		-c "SELECT concat_ws(' ', granted, coalesce(denied_by, 'NULL')) FROM tb_peek('$name', 1, 0.1)" 2>&1 || true
+}
+old_shard=$(try_peek)
+px_psql a tb_p1 -c 'ALTER EXTENSION tokenbucket_shard UPDATE'
+new_shard=$(try_peek)
+if [ "$old_shard" = "$(printf '\nt NULL\nf NULL\nf NULL\nf NULL')" ] &&
+	[ "$new_shard" = "$(printf '\nt NULL\nf %s\nf %s\nf %s' "$name" "$name" "$name")" ]; then
+	ok "tb_try and tb_peek through the proxy: NULL denied_by from a shard on tokenbucket_shard 1.0, the level once updated"
+else
+	not_ok "denied_by from a shard on tokenbucket_shard 1.0" "1.0: $old_shard" "updated: $new_shard"
+fi
+
+# 8. a shard without tokenbucket_shard: the error says what to create
+px_psql a tb_p1 -c 'DROP EXTENSION tokenbucket_shard' || true
 out=$(P -c "SELECT tb_acquire('$name')" 2>&1 || true)
 if grep -q 'ERROR:.*function public.tb_routed_acquire(text) does not exist' <<<"$out" &&
 	grep -q 'HINT:.*CREATE EXTENSION tokenbucket_shard' <<<"$out"; then
@@ -197,5 +237,5 @@ else
 	not_ok "a shard without tokenbucket_shard" "$out"
 fi
 
-# 7. nothing left running
+# 9. nothing left running
 px_test_stopped

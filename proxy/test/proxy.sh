@@ -35,7 +35,7 @@ h = int(hashlib.md5(key.encode()).hexdigest()[:8], 16)
 print(h & (int(sys.argv[2]) - 1))' "$@"
 }
 
-echo "1..17"
+echo "1..19"
 px_init
 for s in a b c proxy; do px_server "$s"; done
 px_cluster tb a:tb_p0 b:tb_p1 c:tb_p2 a:tb_p3 2>/dev/null
@@ -74,17 +74,14 @@ JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = :'ext'
 WHERE p.proname IN ('tb_acquire', 'tb_try', 'tb_peek', 'tb_acquire_wait', 'tb_acquire_all',
                     'tb_acquire_all_wait', 'tb_try_all', 'tb_refund', 'tb_settle', 'tb_sync',
                     'tb_pause', 'tb_pause_until', 'tb_create', 'tb_alter', 'tb_drop',
-                    'tb_reset', 'tb_purge')
+                    'tb_reset', 'tb_purge', 'tb_create_quota', 'tb_set_parent', 'tb_set_alerts')
 ORDER BY p.oid::regprocedure::text
 SQL
 }
-# tokenbucket 1.9's tb_try and tb_peek end with denied_by, which
-# tokenbucket_proxy 1.4 does not forward (its shards' tb_routed_try and
-# tb_routed_peek read tb_try's other columns by name): the one difference
-api_of a tb_direct tokenbucket | sed 's/, OUT denied_by text|/|/' >"$W/api.direct"
+api_of a tb_direct tokenbucket >"$W/api.direct"
 api_of proxy tb tokenbucket_proxy >"$W/api.proxy"
-if [ "$(wc -l <"$W/api.direct")" -eq 23 ] && diff -u "$W/api.direct" "$W/api.proxy" >"$W/api.diff"; then
-	ok "the proxy has tokenbucket's 23 functions, the same signatures, defaults, results, labels and grants"
+if [ "$(wc -l <"$W/api.direct")" -eq 26 ] && diff -u "$W/api.direct" "$W/api.proxy" >"$W/api.diff"; then
+	ok "the proxy has tokenbucket's 26 functions, the same signatures, defaults, results, labels and grants"
 else
 	not_ok "the proxy's API differs" "$(head -n 30 "$W/api.diff")"
 fi
@@ -152,7 +149,40 @@ else
 	not_ok "a cross-shard tb_acquire_all was not refused cleanly" "$out"
 fi
 
-# 8-9. the stress test's window check, 64 sessions through the proxy: a hot
+# 8-9. tokenbucket 1.9's parents: one hash tag keeps a parent on its
+# child's partition, where it refuses at its own level, named in
+# denied_by; a parent of another shard key is refused, nothing written
+P -c "SELECT tb_create('{org}:root', 10, 1, '1000 hours'), tb_create('{org}:leaf', 4, 1, '1000 hours'),
+             tb_create('{org}:leaf2', 10, 1, '1000 hours'), tb_set_parent('{org}:leaf', '{org}:root'),
+             tb_set_parent('{org}:leaf2', '{org}:root')" >/dev/null
+got=$(P -c "SELECT granted, denied_by FROM tb_try('{org}:leaf', 3)" \
+	-c "SELECT granted, denied_by FROM tb_try('{org}:leaf', 2)" \
+	-c "SELECT granted, denied_by FROM tb_try('{org}:leaf2', 8, 0)" \
+	-c "SELECT granted, denied_by FROM tb_peek('{org}:leaf2', 7)" 2>&1 || true)
+if [ "$got" = "$(printf 't|\nf|{org}:leaf\nf|{org}:root\nt|')" ]; then
+	ok "a hierarchy under one hash tag refuses at the right level through the proxy, in denied_by"
+else
+	not_ok "denied_by through the proxy" "got: $got"
+fi
+refused=0
+for pair in "'solo', '{user42}:rpm'" "'{org}:x', 'solo'" "'u:*', '{org}:root'" "'{org}:u:*', 'team:{1}'"; do
+	out=$(P -c "\\set VERBOSITY verbose" -c "SELECT tb_set_parent($pair)" 2>&1 || true)
+	grep -q '^ERROR:  22023: .* are not kept on one shard' <<<"$out" &&
+		grep -q '^HINT:  Give a child and its parent one hash tag' <<<"$out" && refused=$((refused + 1))
+done
+written=0
+for p in 0 1 2 3; do
+	written=$((written + $(px_psql "${PART_SERVER[$p]}" "${PART_DB[$p]}" \
+		-c "SELECT count(*) FROM tb_parents WHERE child IN ('solo', '{org}:x', 'u:*', '{org}:u:*')")))
+done
+if [ $refused -eq 4 ] && [ $written -eq 0 ] &&
+	P -c "SELECT tb_set_parent('{org}:u:*', '{org}:root'), tb_set_parent('solo', NULL)" >/dev/null; then
+	ok "tb_set_parent of a parent on another shard key: 22023 with a hint about tags, nothing written"
+else
+	not_ok "tb_set_parent across shard keys" "refused $refused of 4, rows written $written" "$out"
+fi
+
+# 10-11. the stress test's window check, 64 sessions through the proxy: a hot
 # bucket, per-user buckets from a template, a tagged pair taken together.
 # Each grant is recorded with the proxy's clock just before and just after
 # the call; all servers share this machine's clock.  The first seconds go
@@ -202,7 +232,7 @@ else
 	not_ok "windows through the proxy" "checked, overdrawn: $checked; grants: $grants"
 fi
 
-# 10-11. a statement_timeout on the proxy ends a wait, on the shard too: the
+# 12-13. a statement_timeout on the proxy ends a wait, on the shard too: the
 # waiting call is cancelled there and takes nothing later
 P -c "SELECT tb_create('slow', 1, 1, '4 s'), tb_acquire('slow')" >/dev/null
 p=$(P -c "SELECT tb_shard('slow')")
@@ -234,7 +264,7 @@ else
 		"peek: $(P -c "SELECT * FROM tb_peek('slow')")"
 fi
 
-# 12-14. one shard down: its buckets fail, naming it; the others go on;
+# 14-16. one shard down: its buckets fail, naming it; the others go on;
 # back up, it serves again
 P -c "SELECT tb_create('b' || i, 5, 1) FROM generate_series(1, 40) AS i" >/dev/null
 px_stop c
@@ -275,7 +305,7 @@ else
 	not_ok "after the restart, $ok_again of $down buckets answer"
 fi
 
-# 15-16. privileges: a role gets what tokenbucket gives it, no more
+# 17-18. privileges: a role gets what tokenbucket gives it, no more
 P <<'SQL' >/dev/null
 CREATE ROLE regress_tb_proxy_worker;
 GRANT USAGE ON FOREIGN SERVER tokenbucket TO regress_tb_proxy_worker;
@@ -300,5 +330,5 @@ else
 	not_ok "only $denied of 10 privileged calls were refused"
 fi
 
-# 17. nothing left running
+# 19. nothing left running
 px_test_stopped

@@ -114,6 +114,45 @@ SELECT DISTINCT name, capacity, round(refill_rate::numeric * 3600000, 2) AS per_
        template, is_template, memory
 FROM tb_status WHERE name <> 'fast' ORDER BY name;
 
+-- tokenbucket 1.9: parents kept on their children's partition by one hash
+-- tag (a named child, and each key of a template), the level that refused
+-- in denied_by, quotas, their alerts and spend
+SELECT tb_create('{acme}:team', 5, 1, '1000 hours'), tb_create('{acme}:ann', 4, 1, '1000 hours'),
+       tb_create('{acme}:bob', 4, 1, '1000 hours'), tb_create('{acme}:user:*', 2, 1, '1000 hours');
+SELECT tb_set_parent('{acme}:ann', '{acme}:team'), tb_set_parent('{acme}:bob', '{acme}:team'),
+       tb_set_parent('{acme}:user:*', '{acme}:team');
+SELECT granted, round(remaining::numeric, 2) AS remaining, denied_by FROM tb_try('{acme}:ann', 3);
+SELECT granted, round(remaining::numeric, 2) AS remaining, denied_by FROM tb_try('{acme}:ann', 2);
+SELECT granted, round(remaining::numeric, 2) AS remaining, round(retry_after_seconds / 3600) AS hours,
+       denied_by FROM tb_try('{acme}:bob', 3);
+SELECT granted, denied_by FROM tb_peek('{acme}:bob', 2);
+SELECT granted, denied_by FROM tb_peek('{acme}:bob', 3);
+SELECT granted, denied_by FROM tb_try('{acme}:bob', 2, reserve => 0.5);
+SELECT granted, denied_by FROM tb_peek('{acme}:bob', 1, reserve => 0.5);
+SELECT tb_acquire('{acme}:user:7', 2);
+SELECT granted, round(remaining::numeric, 2) AS remaining, denied_by FROM tb_try('{acme}:user:8', 1);
+SELECT name, granted FROM tb_try_all(ARRAY['{acme}:ann'], ARRAY[1]) ORDER BY name;
+SELECT tb_set_parent('{acme}:bob', NULL);
+SELECT granted, denied_by FROM tb_try('{acme}:bob', 3);
+SELECT tb_set_parent(NULL, '{acme}:team');
+SELECT tb_set_parent('{acme}:team', '{acme}:ann');
+SELECT tb_set_parent('{acme}:ann', '{acme}:user:*');
+SELECT tb_create_quota('{acme}:month', 100, '1 month', 'Europe/Paris');
+SELECT tb_create_quota('{acme}:month', 100, '1 month');
+SELECT tb_create_quota('{acme}:day', 10, '1 month 2 days');
+SELECT tb_create_quota('{acme}:day', 10, '1 day', 'Mars/Olympus');
+SELECT tb_create_quota(NULL, 10, '1 day');
+SELECT tb_set_alerts('{acme}:month', ARRAY[0.5, 0.9]);
+SELECT tb_set_alerts('{acme}:team', ARRAY[0.5]);
+SELECT tb_set_alerts('{acme}:month', ARRAY[1.5]);
+SELECT tb_set_alerts('{acme}:nope', ARRAY[0.5]);
+SELECT tb_acquire('{acme}:month', 60), granted, denied_by FROM tb_try('{acme}:month', 50);
+SELECT name, budget, capacity, remaining, spent, period, time_zone, period_end > period_start AS ends,
+       memory, template
+FROM tb_quotas ORDER BY name;
+SELECT name, granted, denied, spent, remaining, period_end IS NOT NULL AS ends
+FROM tb_stats WHERE name LIKE '{acme}%' ORDER BY name;
+
 -- dropping and purging: per-key buckets of 'user:*' refill slowly, so
 -- none is purged until the template is made fast and they fill
 SELECT tb_purge('0 s');

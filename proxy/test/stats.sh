@@ -10,7 +10,8 @@
 # prometheus/tokenbucket.yaml run on the proxy as a monitoring role
 # granted what the README says and give the same numbers; tb_stats_reset
 # of a bucket, a template and everything; a role without the grants is
-# refused; with server b stopped, each of them fails naming a database of
+# refused; quotas made through the proxy show their spend in tb_stats, in
+# tb_quotas and in the exporter's quota family; with server b stopped, each of them fails naming a database of
 # b and its port.  Prints TAP.
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,7 +30,7 @@ yaml_query() {
 		q { print }' "$TOP/prometheus/tokenbucket.yaml"
 }
 
-echo "1..10"
+echo "1..12"
 px_init
 for s in a b proxy; do px_server "$s"; done
 px_cluster tb a:tb_p0 b:tb_p1 a:tb_p2 b:tb_p3
@@ -120,7 +121,38 @@ else
 	not_ok "tb_stats_reset()" "$out" "$(P -c "SELECT * FROM tb_template_stats")"
 fi
 
-# 9. a server down: each call names a database of it and its port
+# 9-10. quotas (tokenbucket 1.9) made through the proxy, over every
+# partition: tb_stats ends with each one's spend, remaining and period end
+# as its shard's own tb_stats says, tb_quotas lists every shard's with
+# the partition each came from, and the exporter's quota family, as the
+# monitoring role, finds them all
+P -c "SELECT tb_create_quota('q' || k, 100, '1 month', 'Europe/Paris') FROM generate_series(1, 8) AS k" \
+	-c "SELECT count(tb_acquire('q' || k, 10 * k)) FROM generate_series(1, 8) AS k" >/dev/null
+for p in 0 1 2 3; do
+	px_psql "${PART_SERVER[$p]}" "tb_p$p" -c "SELECT s.name, s.spent, s.remaining, s.period_end, $p, q.budget,
+		q.period, q.time_zone, q.period_start FROM tb_stats AS s JOIN tb_quotas AS q USING (name)"
+done | sort >"$W/quotas.shards"
+P -c "SELECT s.name, s.spent, s.remaining, s.period_end, q.shard, q.budget, q.period, q.time_zone,
+	q.period_start FROM tb_stats AS s JOIN tb_quotas AS q USING (name)" 2>&1 | sort >"$W/quotas.proxy"
+spend=$(P -c "SELECT string_agg(concat_ws(' ', name, spent, remaining), ', ' ORDER BY name)
+              FROM tb_stats WHERE spent IS NOT NULL" 2>&1)
+if [ "$spend" = "q1 10 90, q2 20 80, q3 30 70, q4 40 60, q5 50 50, q6 60 40, q7 70 30, q8 80 20" ] &&
+	[ "$(cut -d'|' -f5 "$W/quotas.shards" | sort -u | wc -l)" -gt 1 ] &&
+	diff -u "$W/quotas.shards" "$W/quotas.proxy" >"$W/diff"; then
+	ok "tb_stats and tb_quotas on the proxy: 8 quotas' spend, remaining and period, as their shards say"
+else
+	not_ok "quotas through the proxy" "spend: $spend" "$(head -n 20 "$W/diff")"
+fi
+yaml_query tokenbucket_quota >"$W/quota.sql"
+quotas=$(P -c "SET ROLE regress_tb_monitoring" -F ' ' -f "$W/quota.sql" 2>&1 |
+	awk '{ print $1, $3, $4, ($5 > 1.7e9) }' | sort | paste -sd ' ')
+if [ "$quotas" = "q1 10 90 1 q2 20 80 1 q3 30 70 1 q4 40 60 1 q5 50 50 1 q6 60 40 1 q7 70 30 1 q8 80 20 1" ]; then
+	ok "prometheus/tokenbucket.yaml's quota family on the proxy, as a monitoring role: each quota's spend"
+else
+	not_ok "the exporter's quotas on the proxy" "$quotas"
+fi
+
+# 11. a server down: each call names a database of it and its port
 px_stop b
 named=0
 for call in "SELECT count(*) FROM tb_stats" "SELECT count(*) FROM tb_template_stats" \
@@ -134,5 +166,5 @@ else
 	not_ok "a stopped server: $named of 3 calls named it" "$out"
 fi
 
-# 10. nothing left running
+# 12. nothing left running
 px_test_stopped

@@ -6,7 +6,13 @@
 -- proxy/test/errors.sh runs it in a database of its own, and expects
 -- "installed <default_version>, <n> objects", then "from <version>: 0
 -- differences" for each earlier version; any other line is an object
--- that differs (its first line).
+-- that differs (its first line).  With -v ext=tokenbucket_shard (in a
+-- database with tokenbucket), the same of tokenbucket_shard.
+\if :{?ext}
+\else
+\set ext tokenbucket_proxy
+\endif
+SET upgrade.ext = :'ext';
 
 -- objects(): every member object of the extension, with its definition,
 -- comment and privileges, in a form two installs can be compared in
@@ -24,7 +30,7 @@ CREATE FUNCTION pg_temp.objects() RETURNS SETOF text LANGUAGE sql AS $$
 		END, '') || coalesce(' -- ' || obj_description(d.objid, d.classid::regclass::name), '')
 	FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
 	WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
-	  AND e.extname = 'tokenbucket_proxy'
+	  AND e.extname = current_setting('upgrade.ext')
 $$;
 
 -- differences(version): install that version, update it, and list the
@@ -34,8 +40,8 @@ CREATE FUNCTION pg_temp.differences(version text) RETURNS SETOF text LANGUAGE pl
 DECLARE
 	n bigint;
 BEGIN
-	EXECUTE format('CREATE EXTENSION tokenbucket_proxy VERSION %L', version);
-	ALTER EXTENSION tokenbucket_proxy UPDATE;
+	EXECUTE format('CREATE EXTENSION %I VERSION %L', current_setting('upgrade.ext'), version);
+	EXECUTE format('ALTER EXTENSION %I UPDATE', current_setting('upgrade.ext'));
 	RETURN QUERY
 	SELECT format('from %s, only after update: %s', version, split_part(o, E'\n', 1))
 	FROM (SELECT o FROM pg_temp.objects() AS o EXCEPT SELECT object FROM fresh) AS d(o)
@@ -44,19 +50,19 @@ BEGIN
 	FROM (SELECT object FROM fresh EXCEPT SELECT o FROM pg_temp.objects() AS o) AS d(object);
 	GET DIAGNOSTICS n = ROW_COUNT;
 	RETURN NEXT format('from %s: %s differences', version, n);
-	DROP EXTENSION tokenbucket_proxy;
+	EXECUTE format('DROP EXTENSION %I', current_setting('upgrade.ext'));
 END
 $$;
 
-CREATE EXTENSION plproxy;
-CREATE EXTENSION tokenbucket_proxy;
+CREATE EXTENSION IF NOT EXISTS plproxy;
+CREATE EXTENSION :"ext";
 CREATE TEMP TABLE fresh AS SELECT * FROM pg_temp.objects() AS o(object);
 SELECT format('installed %s, %s objects', e.extversion, (SELECT count(*) FROM fresh))
-FROM pg_extension AS e WHERE e.extname = 'tokenbucket_proxy';
-DROP EXTENSION tokenbucket_proxy;
+FROM pg_extension AS e WHERE e.extname = :'ext';
+DROP EXTENSION :"ext";
 
 SELECT pg_temp.differences(v.version)
 FROM pg_available_extension_versions AS v
-WHERE v.name = 'tokenbucket_proxy'
-  AND v.version <> (SELECT default_version FROM pg_available_extensions WHERE name = 'tokenbucket_proxy')
+WHERE v.name = :'ext'
+  AND v.version <> (SELECT default_version FROM pg_available_extensions WHERE name = :'ext')
 ORDER BY string_to_array(v.version, '.')::int[];

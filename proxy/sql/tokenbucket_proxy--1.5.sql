@@ -1,4 +1,4 @@
-/* tokenbucket_proxy--1.4.sql: tokenbucket's API on a proxy database. */
+/* tokenbucket_proxy--1.5.sql: tokenbucket's API on a proxy database. */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION tokenbucket_proxy" to load this file. \quit
@@ -12,7 +12,9 @@
 -- shard's tokenbucket does the work exactly as it does for a direct call,
 -- and the proxy relays its answer or its error.  The shards run tokenbucket
 -- 1.7 or later (1.8 to refuse a NULL to tb_create, tb_alter, tb_drop and
--- tb_purge) and tokenbucket_shard, in the schema this extension is in,
+-- tb_purge; 1.9 for quotas, parents and alerts, and with tokenbucket_shard
+-- 1.1 for tb_try's and tb_peek's denied_by, NULL from a shard before
+-- that) and tokenbucket_shard, in the schema this extension is in,
 -- where PL/Proxy calls them: create all three in the same one (public by
 -- default).  The proxy server needs tokenbucket's library (not the
 -- extension) for the bound on a call.  Leases are not proxied.
@@ -20,9 +22,9 @@
 -- In this order: routing; the cluster as PL/Proxy reads it; the bound on a
 -- call and the errors of the calls on buckets; those calls, made from one
 -- list; making, changing,
--- dropping and purging; every shard's tb_status; counters across the
--- shards; moving a partition to another database; what is kept from
--- PUBLIC.
+-- dropping and purging; quotas, parents and alerts; every shard's
+-- tb_status and tb_quotas; counters across the shards; moving a partition
+-- to another database; what is kept from PUBLIC.
 --
 
 --
@@ -477,7 +479,11 @@ COMMENT ON FUNCTION @extschema@.tb_routed_failed(text, int4, text, text, text, t
 --     tb_acquire on a memory bucket).  PL/Proxy still types the arguments
 --     ($1::text) and takes the columns by name.  Those of the calls that
 --     return nothing, whose one column is error, leave the statement to
---     PL/Proxy.
+--     PL/Proxy.  Those of tb_try and tb_peek name their columns, and take
+--     denied_by from the shard's tb_routed_<f> where it has one
+--     (tokenbucket_shard 1.1), else from a NULL outside it (a name is
+--     looked for in the innermost query first): a shard still on 1.0
+--     answers, without the level that refused.
 --   * tb_<f>, with tokenbucket's signature, in plpgsql: it refuses a NULL
 --     where tokenbucket 1.8 refuses one (22004, the same message), bounds
 --     the call (tb_proxy_bound), calls tb_routed_<f>, twice at most
@@ -489,8 +495,10 @@ COMMENT ON FUNCTION @extschema@.tb_routed_failed(text, int4, text, text, text, t
 -- any other object of this script.  Their text is, to the character, that
 -- of tokenbucket_proxy--1.2--1.3.sql, which writes each pair out, and for
 -- tb_<f> that of tokenbucket_proxy--1.3--1.4.sql, which makes them again
--- from this list: proxy/test/errors.sh checks that a fresh install has the
--- objects of an update from each earlier version.
+-- from this list, and for tb_try's and tb_peek's pairs that of
+-- tokenbucket_proxy--1.4--1.5.sql, which makes them again with denied_by:
+-- proxy/test/errors.sh checks that a fresh install has the objects of an
+-- update from each earlier version.
 --
 -- The columns of the list:
 --   f           the function's name without tb_
@@ -516,7 +524,8 @@ COMMENT ON FUNCTION @extschema@.tb_routed_failed(text, int4, text, text, text, t
 --
 DO $make$
 DECLARE
-	-- the columns of tb_try and tb_peek, and of tb_try_all after the name
+	-- the columns of tb_try_all after the name, and of tb_try and tb_peek
+	-- before denied_by
 	answer constant text := 'granted boolean, remaining float8, retry_after interval, reset_after interval, retry_after_seconds float8, reset_after_seconds float8';
 	c record;
 	signature text;			-- the arguments without their defaults
@@ -549,16 +558,16 @@ BEGIN
 		 'value', 'boolean', 'STRICT', 'write',
 		 'take cost tokens from the bucket on its shard if it holds them and reserve x capacity besides: true, or false (taking nothing)'),
 		('try', 'name text, cost float8 DEFAULT 1', '',
-		 'row', answer, 'STRICT', 'write',
+		 'row', pg_catalog.format('%s, denied_by text', answer), 'STRICT', 'write',
 		 'tb_acquire on the bucket''s shard, with the tokens remaining and how long until a retry can succeed and until the bucket is full'),
 		('try', 'name text, cost float8, reserve float8', 'reserve',
-		 'row', answer, 'STRICT', 'write',
+		 'row', pg_catalog.format('%s, denied_by text', answer), 'STRICT', 'write',
 		 'tb_acquire with a reserve on the bucket''s shard, with the tokens remaining and how long until a retry can succeed and until the bucket is full'),
 		('peek', 'name text, cost float8 DEFAULT 1', '',
-		 'row', answer, 'STRICT', 'read',
+		 'row', pg_catalog.format('%s, denied_by text', answer), 'STRICT', 'read',
 		 'what tb_try would answer now on the bucket''s shard, taking nothing'),
 		('peek', 'name text, cost float8, reserve float8', 'reserve',
-		 'row', answer, 'STRICT', 'read',
+		 'row', pg_catalog.format('%s, denied_by text', answer), 'STRICT', 'read',
 		 'what tb_try with a reserve would answer now on the bucket''s shard, taking nothing'),
 		('acquire_wait', 'name text, cost float8 DEFAULT 1, timeout interval DEFAULT NULL', 'timeout',
 		 'value', 'boolean', 'CALLED ON NULL INPUT', 'wait',
@@ -638,6 +647,8 @@ $check$, a.a, c.f), '' ORDER BY a.n)
 			out_columns := pg_catalog.regexp_replace(c.result, '([^ ,]+ [^,]+)', 'OUT \1', 'g');
 			routed_params := pg_catalog.format('%s, %s, OUT error text[]', signature, out_columns);
 			routed_returns := 'record';
+			routed_select := pg_catalog.format(E'\tSELECT r.* FROM (SELECT NULL AS denied_by) AS fallback,\n\t\tLATERAL (SELECT %s, denied_by, s.error FROM @extschema@.%s AS s) AS r;\n',
+				pg_catalog.regexp_replace(answer, '([^ ,]+) [^,]+', 's.\1', 'g'), routed);
 			params := pg_catalog.format('%s, %s', c.args, out_columns);
 			returns := 'record';
 			declared := E'\tr record;\n';
@@ -815,6 +826,106 @@ COMMENT ON FUNCTION @extschema@.tb_purge(interval) IS
 	'delete idle, full template-made buckets on every shard; returns how many in all';
 
 --
+-- Quotas, parents and alerts (tokenbucket 1.9), made as tb_create makes a
+-- bucket: on the bucket's shard, a template's on every shard (the same
+-- tb_shards_* functions around PL/Proxy).  A call charges a bucket's
+-- parents on the bucket's shard, so tb_set_parent refuses a parent whose
+-- shard key differs from its child's (22023, as tb_route_all refuses
+-- buckets taken together), and a template's parent unless the template's
+-- prefix holds a hash tag, which its keys then all share: give a child
+-- and its parent one hash tag ('{acme}:user:*' and '{acme}:team').  The
+-- rule is the key, not the partition two keys share today.  None is
+-- STRICT: a NULL goes to the shard, whose tokenbucket refuses it.
+--
+CREATE FUNCTION @extschema@.tb_shards_create_quota(name text, budget float8, period interval,
+	time_zone text, starts timestamp, carry_max float8, memory boolean)
+RETURNS SETOF boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'tokenbucket';
+	RUN ON @extschema@.tb_route_each(name);
+	SELECT true AS tb_shards_create_quota
+	FROM @extschema@.tb_create_quota(name, budget, period, time_zone, starts, carry_max, memory);
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_shards_create_quota(text, float8, interval, text, timestamp, float8, boolean) IS
+	'tb_create_quota on the shard of a quota, or on every shard for a template: a row per shard';
+
+CREATE FUNCTION @extschema@.tb_create_quota(name text, budget float8, period interval,
+	time_zone text DEFAULT 'UTC', starts timestamp DEFAULT NULL,
+	carry_max float8 DEFAULT 0, memory boolean DEFAULT false)
+RETURNS void
+LANGUAGE sql VOLATILE CALLED ON NULL INPUT
+AS $$
+SELECT pg_catalog.count(*)
+FROM @extschema@.tb_shards_create_quota(name, budget, period, time_zone, starts, carry_max, memory)
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_create_quota(text, float8, interval, text, timestamp, float8, boolean) IS
+	'make a quota on its shard (a template of quotas on every shard): budget tokens back at each start of a calendar period';
+
+CREATE FUNCTION @extschema@.tb_shards_set_parent(child text, parent text)
+RETURNS SETOF boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'tokenbucket';
+	RUN ON @extschema@.tb_route_each(child);
+	SELECT true AS tb_shards_set_parent FROM @extschema@.tb_set_parent(child, parent);
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_shards_set_parent(text, text) IS
+	'tb_set_parent on the shard of a child, or on every shard for a template: a row per shard';
+
+CREATE FUNCTION @extschema@.tb_set_parent(child text, parent text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+AS $$
+DECLARE
+	-- a template's keys share its prefix's hash tag, or have none in common
+	child_key text := CASE WHEN pg_catalog.right(child, 1) OPERATOR(pg_catalog.=) '*'
+		THEN pg_catalog.substring(pg_catalog.left(child, -1), '^[^{]*\{([^}]+)\}')
+		ELSE @extschema@.tb_shard_key(child) END;
+BEGIN
+	IF child IS NOT NULL AND parent IS NOT NULL
+	   AND child_key IS DISTINCT FROM @extschema@.tb_shard_key(parent) THEN
+		RAISE EXCEPTION 'token buckets "%" and "%" are not kept on one shard', child, parent
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = pg_catalog.format('Through tokenbucket_proxy, a call charges a bucket''s parents on the bucket''s shard, so a child and its parent must share a shard key, the part of a name between the first { and the next }, or the whole name when there is none: "%s" has %s, "%s" has "%s".',
+											 child, COALESCE(pg_catalog.format('"%s"', child_key),
+															 'none its keys share (each is routed by its own name)'),
+											 parent, @extschema@.tb_shard_key(parent)),
+				  HINT = 'Give a child and its parent one hash tag, as in ''{acme}:user:*'' and ''{acme}:team'': names with the same tag are kept on one shard.';
+	END IF;
+	PERFORM pg_catalog.count(*) FROM @extschema@.tb_shards_set_parent(child, parent);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_set_parent(text, text) IS
+	'give a bucket, or each key of a template, a parent of the same shard key, charged with it on its shard (NULL: none)';
+
+CREATE FUNCTION @extschema@.tb_shards_set_alerts(bucket text, thresholds float8[])
+RETURNS SETOF boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'tokenbucket';
+	RUN ON @extschema@.tb_route_each(bucket);
+	SELECT true AS tb_shards_set_alerts FROM @extschema@.tb_set_alerts(bucket, thresholds);
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_shards_set_alerts(text, float8[]) IS
+	'tb_set_alerts on the shard of a quota, or on every shard for a template: a row per shard';
+
+CREATE FUNCTION @extschema@.tb_set_alerts(bucket text, thresholds float8[])
+RETURNS void
+LANGUAGE sql VOLATILE CALLED ON NULL INPUT
+AS $$
+SELECT pg_catalog.count(*) FROM @extschema@.tb_shards_set_alerts(bucket, thresholds)
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_set_alerts(text, float8[]) IS
+	'set the alert thresholds of a quota on its shard (of a quota template on every shard), replacing its others; the events are written on that shard';
+
+--
 -- Looking at every shard: tb_status asks each partition in turn, so each
 -- row says which one it came from.  A template is on every shard, and so
 -- has a row for each.
@@ -847,6 +958,33 @@ FROM @extschema@.tb_each_partition(true) AS p(shard),
 COMMENT ON VIEW @extschema@.tb_status IS
 	'every shard''s tb_status, with the partition each row came from (one of those that share a database)';
 
+-- tb_quotas likewise (the shards run tokenbucket 1.9)
+CREATE FUNCTION @extschema@.tb_shard_quotas(shard int4,
+	OUT name text, OUT budget float8, OUT capacity float8, OUT remaining float8,
+	OUT spent float8, OUT period interval, OUT time_zone text, OUT period_start timestamptz,
+	OUT period_end timestamptz, OUT memory boolean, OUT template text)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE STRICT
+AS $$
+	CLUSTER 'tokenbucket';
+	RUN ON shard;
+	SELECT q.name, q.budget, q.capacity, q.remaining, q.spent, q.period, q.time_zone,
+	       q.period_start, q.period_end, q.memory, q.template
+	FROM @extschema@.tb_quotas AS q;
+$$;
+
+COMMENT ON FUNCTION @extschema@.tb_shard_quotas(int4) IS
+	'tb_quotas of one partition (p0 is 0)';
+
+CREATE VIEW @extschema@.tb_quotas AS
+SELECT p.shard, q.name, q.budget, q.capacity, q.remaining, q.spent, q.period, q.time_zone,
+	   q.period_start, q.period_end, q.memory, q.template
+FROM @extschema@.tb_each_partition(true) AS p(shard),
+	 LATERAL @extschema@.tb_shard_quotas(p.shard) AS q;
+
+COMMENT ON VIEW @extschema@.tb_quotas IS
+	'every shard''s tb_quotas (each quota''s budget, spend and period), with the partition each row came from (one of those that share a database)';
+
 --
 -- Counters across the shards.  tb_stats, tb_template_stats and
 -- tb_limit_counters() have tokenbucket's columns, so that
@@ -856,7 +994,10 @@ COMMENT ON VIEW @extschema@.tb_status IS
 -- latest of theirs (from then on, every shard counts).  PL/Proxy asks
 -- every database at once (RUN ON ALL: each connection string once); a
 -- shard that does not answer fails the call, with PL/Proxy's error naming
--- its database and server.  Who may read them needs EXECUTE on the
+-- its database and server.  tb_stats ends with a quota's spent, remaining
+-- and period_end, taken from a shard's tb_stats where it has them
+-- (tokenbucket 1.9), else from NULLs outside it (a name is looked for in
+-- the innermost query first): a shard still on 1.8 answers, without them.  Who may read them needs EXECUTE on the
 -- tb_shards_* function behind each, and its user mapping's role what
 -- tokenbucket asks on the shards.
 --
@@ -866,17 +1007,20 @@ CREATE FUNCTION @extschema@.tb_shards_stats(OUT name text, OUT memory boolean,
 	OUT wait_seconds float8, OUT timeouts bigint, OUT refunded_tokens float8,
 	OUT pauses bigint, OUT since timestamptz, OUT tokens float8, OUT cancelled bigint,
 	OUT max_in_flight integer, OUT in_flight integer, OUT released bigint,
-	OUT ended bigint, OUT expired bigint)
+	OUT ended bigint, OUT expired bigint, OUT spent float8, OUT remaining float8,
+	OUT period_end timestamptz)
 RETURNS SETOF record
 LANGUAGE plproxy VOLATILE
 AS $$
 	CLUSTER 'tokenbucket';
 	RUN ON ALL;
-	SELECT s.name, s.memory, s.template, s.capacity, s.refill_rate, s.granted,
-	       s.granted_tokens, s.denied, s.waited, s.wait_seconds, s.timeouts,
-	       s.refunded_tokens, s.pauses, s.since, s.tokens, s.cancelled,
-	       s.max_in_flight, s.in_flight, s.released, s.ended, s.expired
-	FROM @extschema@.tb_stats AS s;
+	SELECT r.* FROM (SELECT NULL AS spent, NULL AS remaining, NULL AS period_end) AS fallback,
+		LATERAL (SELECT s.name, s.memory, s.template, s.capacity, s.refill_rate, s.granted,
+		                s.granted_tokens, s.denied, s.waited, s.wait_seconds, s.timeouts,
+		                s.refunded_tokens, s.pauses, s.since, s.tokens, s.cancelled,
+		                s.max_in_flight, s.in_flight, s.released, s.ended, s.expired,
+		                spent, remaining, period_end
+		         FROM @extschema@.tb_stats AS s) AS r;
 $$;
 
 COMMENT ON FUNCTION @extschema@.tb_shards_stats() IS
@@ -886,7 +1030,8 @@ CREATE VIEW @extschema@.tb_stats AS
 SELECT s.name, s.memory, s.template, s.capacity, s.refill_rate, s.granted,
 	   s.granted_tokens, s.denied, s.waited, s.wait_seconds, s.timeouts,
 	   s.refunded_tokens, s.pauses, s.since, s.tokens, s.cancelled,
-	   s.max_in_flight, s.in_flight, s.released, s.ended, s.expired
+	   s.max_in_flight, s.in_flight, s.released, s.ended, s.expired,
+	   s.spent, s.remaining, s.period_end
 FROM @extschema@.tb_shards_stats() AS s;
 
 COMMENT ON VIEW @extschema@.tb_stats IS
@@ -1163,7 +1308,7 @@ BEGIN
 		RAISE EXCEPTION 'partition % holds memory buckets', partition
 			USING ERRCODE = 'feature_not_supported',
 				  DETAIL = pg_catalog.format('"%s" is a memory bucket (or a memory template): its tokens live in its server''s shared memory, which tb_move_partition cannot copy exactly.', memory_bucket),
-				  HINT = 'Move the partition''s database by hand (README.md, "Adding servers later"), or drop its memory buckets first.';
+				  HINT = 'Move the partition''s database by hand (docs/more-than-one-server.md, "Adding servers later: over-partition"), or drop its memory buckets first.';
 	END IF;
 	IF rows IS NOT NULL THEN
 		BEGIN
@@ -1396,7 +1541,8 @@ COMMENT ON PROCEDURE @extschema@.tb_move_partition(int4, text, interval) IS
 -- runs it: the tb_routed_* function behind tb_refund, tb_settle, tb_sync,
 -- tb_pause, tb_pause_until and tb_reset (who may call one needs EXECUTE on
 -- both), and the helpers behind tb_create, tb_alter, tb_drop, tb_purge,
--- tb_status, the counters and tb_move_partition.  The shards check again,
+-- tb_create_quota, tb_set_parent, tb_set_alerts, tb_status, tb_quotas, the
+-- counters and tb_move_partition.  The shards check again,
 -- as the role the user mapping names.
 --
 REVOKE ALL ON FUNCTION
@@ -1420,7 +1566,14 @@ REVOKE ALL ON FUNCTION
 	@extschema@.tb_shards_drop(text),
 	@extschema@.tb_purge(interval),
 	@extschema@.tb_shards_purge(interval),
+	@extschema@.tb_create_quota(text, float8, interval, text, timestamp, float8, boolean),
+	@extschema@.tb_shards_create_quota(text, float8, interval, text, timestamp, float8, boolean),
+	@extschema@.tb_set_parent(text, text),
+	@extschema@.tb_shards_set_parent(text, text),
+	@extschema@.tb_set_alerts(text, float8[]),
+	@extschema@.tb_shards_set_alerts(text, float8[]),
 	@extschema@.tb_shard_status(int4),
+	@extschema@.tb_shard_quotas(int4),
 	@extschema@.tb_shards_stats(),
 	@extschema@.tb_shards_template_stats(),
 	@extschema@.tb_shards_limit_counters(),
