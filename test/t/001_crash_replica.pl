@@ -83,8 +83,12 @@ for (1 .. 100)
 	select(undef, undef, undef, 0.02);
 }
 ok($victim ne '', 'found a backend busy with tb_acquire');
+my $log_offset = -s $node->logfile;
 kill 'KILL', $victim if $victim ne '';
 $acked = committed_big($load);
+# the server restarts every backend; a connection made before it has
+# begun (pgbench may end first) would be cut by it: wait for it to begin
+$node->wait_for_log(qr/all server processes terminated; reinitializing/, $log_offset);
 $node->poll_query_until('postgres', 'SELECT true') or die 'server did not come back';
 check_state('after SIGKILL of a busy backend', $before + $acked);
 ok($node->log_contains('terminated by signal 9'), 'the server log shows the backend killed');
