@@ -612,6 +612,6 @@ bucket_config_row_settings(HeapTuple row, TupleDesc desc, Bucket *settings)
 	period_from_datums(&period, values, isnull);
 	settings->period = period_intern(&period);
 	settings->deficit = bucket_initial_deficit(settings);
-	settings->updated_at = GetCurrentTimestamp();
+	settings->updated_at = tb_clock_now();
 	settings->paused_until = DT_NOBEGIN;
 }

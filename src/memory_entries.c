@@ -366,7 +366,7 @@ init_entry(MemoryEntry *entry, uint32 hashcode, MemoryTemplate *template,
 	entry->template = template;
 	entry->owner = owner;
 	entry->used = true;
-	entry->since = GetCurrentTimestamp();
+	entry->since = tb_clock_now();
 	SpinLockInit(&entry->mutex);
 	entry->waiter = -1;
 	entry->pins = 0;
@@ -541,7 +541,7 @@ memory_make_entry(const MemoryKey *key, int template_len, const Bucket *state,
 	uint32		hashcode = memory_hashcode(key);
 	MemoryTemplate *template = NULL;
 	MemoryTemplate *from = NULL;
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 	Bucket		shared_state;
 
 	*made = NULL;
@@ -786,7 +786,7 @@ memory_require(void)
 			if (memory_shared->timeline != timeline)
 			{
 				memory_remove_every();
-				memory_shared->empty_at = GetCurrentTimestamp();
+				memory_shared->empty_at = tb_clock_now();
 				memory_shared->timeline = timeline;
 			}
 			memory_unlock_all();

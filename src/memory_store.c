@@ -206,7 +206,7 @@ memory_peek(Oid relid, Request *request)
 	request->bucket = entry->bucket;
 	SpinLockRelease(&entry->mutex);
 	if (given.credit > 0 || given.lifted)
-		request->bucket = memory_view(&request->bucket, &given, GetCurrentTimestamp());
+		request->bucket = memory_view(&request->bucket, &given, tb_clock_now());
 	request->template_len = memory_template_name_len(entry);
 	LWLockRelease(lock);
 	return true;
@@ -598,7 +598,7 @@ memory_count(const SharedKey *name, const BucketCounters *delta, TimestampTz at)
 static void
 memory_reset_counters(Oid relid, text *name)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 	bool		template = name != NULL && is_template_name(name);
 	int			len = name ? VARSIZE_ANY_EXHDR(name) - (template ? 1 : 0) : 0;
 
