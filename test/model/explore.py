@@ -65,20 +65,20 @@ def world(prefix, memory):
 TAKEN = ('b', 'q', 'qc', 'c1', 'c2', 'pb')
 
 
-def random_step(rng, sessions):
-    """One step: (actor, op, args), bucket names without the prefix."""
+def random_step(rng, sessions, names=TAKEN):
+    """One step: (actor, op, args), bucket names (of "names") without the prefix."""
     r = rng.random()
     if r < 0.12:
         return ('dba', 'advance', (rng.choice((1, 300000, 1 * SECOND, 2500000, 5 * SECOND)),))
     if r < 0.15:
         return ('dba', 'set_parent', (rng.choice(('c1', 'c2')), rng.choice(('pa', 'pb'))))
     if r < 0.17:
-        return ('dba', 'reset', (rng.choice(TAKEN),))
+        return ('dba', 'reset', (rng.choice(names),))
     if r < 0.19:
         return ('dba', 'finish_prepared', (rng.random() < 0.8,))
     sid = rng.choice(sessions)
     r = rng.random()
-    name = rng.choice(TAKEN)
+    name = rng.choice(names)
     if r < 0.30:
         return (sid, 'take', (name, rng.choice((1, 3, 5, 10))))
     if r < 0.38:
@@ -106,9 +106,16 @@ def random_step(rng, sessions):
     return (sid, 'die', ())
 
 
+# the buckets one schedule uses: a few, so that sessions meet on them
+THEMES = (('b', 'q'), ('q', 'qc'), ('b', 'qc'), ('c1', 'c2'), ('c1', 'pb'), ('c1', 'c2', 'pb'),
+          ('b', 'q', 'qc', 'c1', 'c2', 'pb'))
+
+
 def schedule(seed, steps=30, sessions=SESSIONS):
     rng = random.Random(seed)
-    return [random_step(rng, sessions) for _ in range(steps)]
+    names = rng.choice(THEMES)
+    sessions = sessions[:rng.choice((2, 3))]
+    return [random_step(rng, sessions, names) for _ in range(steps)]
 
 
 def small_programs(seed):

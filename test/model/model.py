@@ -35,7 +35,7 @@ Parents: a take charges the bucket and its parent, all or nothing; a
 settlement or refund gives back to the parent that was charged for the
 reservation settled (not the parent the bucket has at settle time).
 tb_sync lowers the bucket alone.  A session reads tb_parents at the start
-of its transaction.
+of its transaction (at BEGIN).
 """
 
 import copy
@@ -95,8 +95,8 @@ class Expect:
     """What the model allows a call to answer: a value (a set of booleans, an
     interval of float8s, or None for void) and/or errors (SQLSTATEs)."""
 
-    def __init__(self, values=None, lo=None, hi=None, errors=(), ok=True):
-        self.values, self.lo, self.hi = values, lo, hi
+    def __init__(self, values=None, lo=None, hi=None, errors=(), ok=True, why=''):
+        self.values, self.lo, self.hi, self.why = values, lo, hi, why
         self.errors = set(errors)
         self.ok = ok
 
@@ -126,12 +126,16 @@ class Expect:
             else:
                 parts.append('ok')
         parts += ['ERROR %s' % e for e in sorted(self.errors)]
-        return ' or '.join(parts)
+        return ' or '.join(parts) + (' (%s)' % self.why if self.why else '')
 
 
 def add(row, tokens):
     """Take tokens (give back when negative: capped at full, never below 0)."""
     row.lo, row.hi = max(0.0, row.lo + tokens), max(0.0, row.hi + tokens)
+
+
+def fmt(lo, hi):
+    return '%g' % lo if lo == hi else '[%g, %g]' % (lo, hi)
 
 
 class Mismatch(Exception):
@@ -288,8 +292,15 @@ class Model:
             change(row)
 
     def take_now(self, s, name, tokens):
+        """Take at once.  A memory bucket's session takes first what it gave
+        back itself and has not committed yet (the rest from shared memory)."""
         if self.memory:
-            self.remember(s, name, tokens, lambda row: add(row, tokens))
+            own = min(tokens, sum(x for lv in s.levels for (n, x) in lv.pending if n == name))
+            if own > 0:
+                s.levels[-1].pending.append((name, -own))
+            rest = tokens - own
+            if rest > 0:
+                self.remember(s, name, rest, lambda row: add(row, rest))
         else:
             add(self.write(s, name), tokens)
 
@@ -390,8 +401,17 @@ class Model:
             expect, apply = handler(s, *args)
         result = answer(expect)
         if not expect.allows(result, 1e-6 * max([1.0] + [c.capacity for c in self.cfg.values()])):
-            raise Mismatch('%s %s%r: the model allows %r, the store answered %r'
-                           % (sid, op, tuple(args), expect, result))
+            text = '%s %s%r: the model allows %r, the store answered %r' % (sid, op, tuple(args), expect, result)
+            if op == 'take' and result == ('ok', True):
+                # a grant the model refuses: is it over the ceiling too?
+                for n in self.chain(s, args[0]):
+                    self.ledger[n].add('grant', self.now, args[1])
+                try:
+                    for n in self.cfg:
+                        self.ledger[n].check(self.now)
+                except Mismatch as e:
+                    text += '; ' + str(e)
+            raise Mismatch(text)
         if op not in ('begin', 'commit', 'rollback', 'savepoint', 'rollback_to', 'prepare'):
             if result[0] == 'err':
                 if implicit:
@@ -425,6 +445,7 @@ class Model:
             return Expect(), None      # a WARNING only
         def apply(_):
             s.state, s.levels = 'open', [Level()]
+            s.parents = dict(self.parents)     # read as the transaction starts
         return Expect(), apply
 
     def do_commit(self, s):
@@ -492,6 +513,9 @@ class Model:
             # waits for the row, then 55P03; a refusal may come first
             return Expect(values={False} if not must else set(), errors={'55P03'}, ok=not must), None
         values = {True} if must else {False} if not may else {True, False}
+        why = ', '.join('%s: tokens %s%s' % (n, fmt(self.cfg[n].capacity - r.hi, self.cfg[n].capacity - r.lo),
+                                              ', paused' if r.plo > self.now else '')
+                        for n, r in zip(names, rows))
         def apply(granted):
             if not granted:
                 return
@@ -504,7 +528,7 @@ class Model:
                 self.take_now(s, n, cost)
                 s.levels[-1].entries.append(self.ledger[n].add('grant', self.now, cost))
             self.reserve(s, name, (cost, names[1:]))
-        return Expect(values=values), apply
+        return Expect(values=values, why=why), apply
 
     def tokens_expect(self, s, name):
         row = self.row_seen(s, name)
@@ -581,10 +605,8 @@ class Model:
             d = self.cfg[name].capacity - remaining
             def lower(row):
                 row.lo, row.hi = max(row.lo, d), max(row.hi, d)
-            if self.memory:
-                row = self.rows[name]
-                row.advance(self.cfg[name], self.now)
-                self.remember(s, name, max(0.0, d - row.lo), lower)
+            if self.memory:   # a take of what s sees above "remaining"
+                self.take_now(s, name, max(0.0, d - self.row_seen(s, name).lo))
             else:
                 lower(self.write(s, name))
         return self.after(s, name, change), None
