@@ -118,19 +118,19 @@ def schedule(seed, steps=30, sessions=SESSIONS):
     return [random_step(rng, sessions, names) for _ in range(steps)]
 
 
-def small_programs(seed):
-    """Three programs of four steps (s1, s2, the DBA) for --every."""
+def small_programs(seed, length=4):
+    """Three programs of "length" steps (s1, s2, the DBA) for --every."""
     rng = random.Random(seed)
     progs = []
     for sid in ('s1', 's2'):
         prog = [(sid, 'begin', ())]
-        while len(prog) < 4:
+        while len(prog) < length:
             step = random_step(rng, (sid,))
             if step[0] == sid and step[1] not in ('begin', 'die', 'prepare'):
                 prog.append(step)
         progs.append(prog)
     dba = []
-    while len(dba) < 4:
+    while len(dba) < length:
         step = random_step(rng, ('s1',))
         if step[0] == 'dba':
             dba.append(step)
@@ -138,16 +138,14 @@ def small_programs(seed):
     return progs
 
 
-def interleavings(progs):
+def interleavings(progs, done=()):
     """Every order of the steps that keeps each program's own order."""
-    slots = [i for i, p in enumerate(progs) for _ in p]
-    for order in sorted(set(itertools.permutations(slots))):
-        pos = [0] * len(progs)
-        out = []
-        for i in order:
-            out.append(progs[i][pos[i]])
-            pos[i] += 1
-        yield out
+    if not any(progs):
+        yield list(done)
+    for i, prog in enumerate(progs):
+        if prog:
+            rest = progs[:i] + [prog[1:]] + progs[i + 1:]
+            yield from interleavings(rest, done + (prog[0],))
 
 
 class ModelAnswers:
@@ -222,6 +220,9 @@ def run(steps, store, k, known=(), script=None):
                 args = (args[0], min(args[1], r[0]))
             if op == 'prepare':
                 args = ('%s%s_%d' % (prefix, actor, n),)
+            if op == 'set_parent' and (m.prepared or any(
+                    x.state != 'idle' for x in m.sessions.values())):
+                continue     # read by an open transaction at a moment the model does not fix
             finding = skip_known(m, known, actor, op, args)
             if finding:
                 if script is not None:
@@ -386,8 +387,10 @@ def main():
     ap.add_argument('--steps', type=int, default=30)
     ap.add_argument('--every', action='store_true')
     ap.add_argument('--limit', type=int, default=0)
+    ap.add_argument('--length', type=int, default=4, help='steps of each program of --every')
     ap.add_argument('--known', default=','.join(KNOWN_FINDINGS))
     ap.add_argument('--tap', action='store_true')
+    ap.add_argument('--summary', action='store_true', help='one TAP line per store')
     ap.add_argument('--keep-going', action='store_true')
     args = ap.parse_args()
     known = set(filter(None, args.known.split(',')))
@@ -408,7 +411,7 @@ def main():
     for store in stores(args.store, args.dsn):
         for seed in seeds:
             if args.every:
-                cases = interleavings(small_programs(seed))
+                cases = interleavings(small_programs(seed, args.length))
                 if args.limit:
                     cases = itertools.islice(cases, args.limit)
             else:
@@ -425,7 +428,7 @@ def main():
                     break
             tap_n += 1
             if bad is None:
-                if args.tap:
+                if args.tap and not args.summary:
                     print('ok %d - %s store, seed %d%s' % (tap_n, store.name, seed,
                                                            ' (every interleaving)' if args.every else ''))
                 continue
@@ -445,7 +448,10 @@ def main():
         if failed and not args.keep_going:
             break
     secs = time.time() - t0
-    if args.tap:
+    if args.summary:
+        print('%s - %s: %d seeds%s' % ('not ok' if failed else 'ok', args.store, len(seeds),
+                                      ' (every interleaving)' if args.every else ''))
+    elif args.tap:
         print('1..%d' % tap_n)
     print('# %d schedules, %d steps in %.1f s: %.0f schedules/s, %.0f steps/s'
           % (count, steps_run, secs, count / secs if secs else 0, steps_run / secs if secs else 0))

@@ -35,7 +35,10 @@ Parents: a take charges the bucket and its parent, all or nothing; a
 settlement or refund gives back to the parent that was charged for the
 reservation settled (not the parent the bucket has at settle time).
 tb_sync lowers the bucket alone.  A session reads tb_parents at the start
-of its transaction (at BEGIN).
+of its transaction, or later: PostgreSQL hands a backend the change at
+the start of a transaction or when a call first locks a table in it, so
+the explorer moves a parent only while no transaction is open (and the
+model reads tb_parents once per transaction).
 """
 
 import copy
@@ -445,7 +448,6 @@ class Model:
             return Expect(), None      # a WARNING only
         def apply(_):
             s.state, s.levels = 'open', [Level()]
-            s.parents = dict(self.parents)     # read as the transaction starts
         return Expect(), apply
 
     def do_commit(self, s):
