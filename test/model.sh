@@ -8,9 +8,11 @@
 #                            interleaving of small programs on the model
 #                            alone, and the test clock's own checks; under
 #                            a minute on two busy cores
-#   test/model.sh N [EXTRA]  N schedules of each store (make check-model
-#                            N=...), seeds 1..N; EXTRA: more explore.py
-#                            options (MODEL_ARGS), e.g. --known "" to see the
+#   TB_MODEL_N=N test/model.sh
+#                            N schedules of each store (make check-model
+#                            N=...), seeds 1..N; TB_MODEL_ARGS: more
+#                            explore.py options (make check-model
+#                            MODEL_ARGS=...), e.g. --known "" to see the
 #                            known findings
 #
 # The known findings of issue 54 (explore.py's KNOWN_FINDINGS) are stepped
@@ -26,7 +28,7 @@ DSN="dbname=$DB host=$PGHOST port=$PGPORT user=$PGUSER"
 EXPLORE=(/usr/bin/python3 "$HERE/model/explore.py" --dsn "$DSN" --tap)
 
 {
-if [ -z "${1:-}" ]; then
+if [ -z "${TB_MODEL_N:-}" ]; then
 	# the clock moves only when told, and every decision follows it
 	check "the test clock is on" "current_setting('tokenbucket.test_clock') = 'on'"
 	q -c "SELECT tb_test_clock_set('2040-01-01 00:00:00+00'), tb_create('clock', 10, 1)" >/dev/null
@@ -52,6 +54,7 @@ if [ -z "${1:-}" ]; then
 	# the stores: the same seeds every run, and three new ones
 	"${EXPLORE[@]}" --store both --seeds 1-40 --new 3
 else
-	"${EXPLORE[@]}" --store both --seeds "1-$1" ${2:-}
+	# shellcheck disable=SC2086 # options, split as typed
+	eval "${EXPLORE[*]@Q}" --store both --seeds "1-$TB_MODEL_N" ${TB_MODEL_ARGS:-}
 fi
 } | awk '/^(not )?ok [0-9]+/ { sub(/ok [0-9]+/, "ok " ++t) } /^(not )?ok -/ { sub(/ok -/, "ok " ++t " -") } /^1\.\./ { next } { print } END { print "1.." t }'

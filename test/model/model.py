@@ -318,6 +318,9 @@ class Model:
         s.memory_used = True
 
     def give_back(self, s, name, tokens):
+        """Give back, capped at what s sees missing then (a memory bucket's
+        reaches others at commit: no more than that then either)."""
+        tokens = min(tokens, self.row_seen(s, name).hi)
         if self.memory:
             s.levels[-1].pending.append((name, tokens))
             s.memory_used = True
@@ -607,8 +610,11 @@ class Model:
             d = self.cfg[name].capacity - remaining
             def lower(row):
                 row.lo, row.hi = max(row.lo, d), max(row.hi, d)
-            if self.memory:   # a take of what s sees above "remaining"
-                self.take_now(s, name, max(0.0, d - self.row_seen(s, name).lo))
+            if self.memory:   # what s sees, its own give-backs included, is lowered
+                d += sum(x for lv in s.levels for (n, x) in lv.pending if n == name)
+                row = self.rows[name]
+                row.advance(self.cfg[name], self.now)
+                self.remember(s, name, max(0.0, d - row.lo), lower)
             else:
                 lower(self.write(s, name))
         return self.after(s, name, change), None
