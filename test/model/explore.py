@@ -178,12 +178,16 @@ def skip_known(m, known, actor, op, args):
         undone = []
         if op in ('rollback', 'die', 'prepare') or (op == 'commit' and s.state == 'aborted'):
             undone = s.levels
-        elif op == 'rollback_to' and len(s.levels) > 1:
+        elif op == 'rollback_to':     # or an error (no savepoint): the same level
             undone = s.levels[-1:]
-        elif op in ('take', 'settle', 'refund', 'sync', 'pause') and s.state == 'open':
-            undone = s.levels     # an error would abort the transaction
-        if any(t < m.now for lv in undone for (_, _, t) in lv.taken):
-            return '1'
+        # the store gives back all it took (capped at capacity): more than
+        # as if never made once the bucket refilled or changed meanwhile
+        for rec in (rec for lv in undone for rec in lv.taken):
+            row, cfg = m.rows[rec.name], m.cfg[rec.name]
+            row.advance(cfg, m.now)
+            rec.without.advance(cfg, m.now)
+            if max(0.0, row.lo - rec.tokens) < rec.without.lo - 1e-9:
+                return '1'
     if '2' in known and op in ('settle', 'refund'):
         s = m.session(actor)
         r = s.reservations.get(args[0])
@@ -393,6 +397,7 @@ def main():
     ap.add_argument('--summary', action='store_true', help='one TAP line per store')
     ap.add_argument('--keep-going', action='store_true')
     args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)
     known = set(filter(None, args.known.split(',')))
     seeds = parse_seeds(args.seeds)
     if args.new:
