@@ -488,7 +488,7 @@ class Model:
         shared memory; a table transaction is prepared, holding its rows."""
         if s.state != 'open':
             return Expect(), (lambda _: self.end(s, False)) if s.state == 'aborted' else None
-        if self.memory and s.memory_used:
+        if self.memory and any(lv.taken or lv.pending or lv.paused for lv in s.levels):
             return Expect(ok=False, errors={'0A000'}), lambda _: self.end(s, False)
         def apply(_):
             p = Session(gid)
@@ -643,6 +643,10 @@ class Model:
                 row.plo = row.phi = -1
             if self.memory:
                 self.shared_change(name, fill)
+                # a full bucket: give-backs not yet committed have nothing left to give
+                for x in list(self.sessions.values()) + list(self.prepared.values()):
+                    for lv in x.levels:
+                        lv.pending = [(n, t) for (n, t) in lv.pending if n != name]
             else:
                 fill(self.rows[name])
             self.ledger[name].add('reset', self.now, 0.0)

@@ -77,7 +77,7 @@ class PgStore:
         self.admin = psycopg.connect(dsn, autocommit=True, options=SESSION_OPTIONS)
         self.admin.execute('CREATE EXTENSION IF NOT EXISTS tokenbucket')
         # what an interrupted run left: the explorer's buckets and prepared transactions
-        for (gid,) in self.admin.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'x%'").fetchall():
+        for (gid,) in self.admin.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'x%' AND database = current_database()").fetchall():
             self.admin.execute("ROLLBACK PREPARED '%s'" % gid)
         self.admin.execute("DELETE FROM tb_parents WHERE child LIKE 'x%'")
         self.admin.execute("SELECT tb_drop(name) FROM tb_buckets WHERE name LIKE 'x%'")
@@ -144,7 +144,7 @@ class PgStore:
             self.execute(conn, 'ROLLBACK')
             conn.close()
         self.conns = {}
-        for (gid,) in self.admin.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'x%'").fetchall():
+        for (gid,) in self.admin.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'x%' AND database = current_database()").fetchall():
             self.finish_prepared(gid, False)
         self.admin_sql('DELETE FROM tb_parents')
         for name in self.names:
