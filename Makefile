@@ -81,7 +81,7 @@ all install installcheck installcheck-pgtap prove_installcheck:
 	      "or install postgresql-server-dev-NN and set PG_CONFIG." >&2; exit 1
 endif
 
-.PHONY: demo test test-versions deb dist bench bench-compare bench-instructions
+.PHONY: demo test check-model test-versions deb dist bench bench-compare bench-instructions
 
 # Both set up a fresh Debian 12 machine as root (packages, build, install,
 # a throwaway server) and clean up after themselves.
@@ -90,6 +90,13 @@ demo:
 
 test:
 	SANITIZE=$(SANITIZE) bash test/run.sh
+
+# N schedules of each store (seeds 1..N) checked against the rules' model
+# (test/model), on a throwaway server with the test clock; MODEL_ARGS adds
+# explore.py options (--known "" shows the known findings too).
+N ?= 1000
+check-model:
+	TB_ONLY=model TB_JOBS=1 TB_MODEL_N=$(N) TB_MODEL_ARGS='$(MODEL_ARGS)' bash test/run.sh
 
 # The suite of `make test`, and the Debian packages with their regression
 # tests against the installed files, on PostgreSQL 15, 17 and 18, each in a

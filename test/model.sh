@@ -48,9 +48,9 @@ if [ -z "${TB_MODEL_N:-}" ]; then
 	q -c "SELECT tb_test_clock_advance('1 second')" >/dev/null
 	check "and ends on it" "tb_acquire('clock', 1)"
 	# the model alone: its own rules never over-grant, on random schedules
-	# and on every interleaving of three programs of four steps
+	# and on every interleaving of three programs of three steps
 	/usr/bin/python3 "$HERE/model/explore.py" --tap --summary --seeds 1-2000
-	/usr/bin/python3 "$HERE/model/explore.py" --tap --summary --every --seeds 1
+	/usr/bin/python3 "$HERE/model/explore.py" --tap --summary --every --length 3 --seeds 1-3
 	# the stores: the same seeds every run, and three new ones
 	"${EXPLORE[@]}" --store both --seeds 1-40 --new 3
 else
