@@ -21,7 +21,8 @@ set -euo pipefail
 DB=tb_model
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/checks.sh"
-trap 'dropdb --if-exists "$DB" >/dev/null 2>&1 || true' EXIT
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"; dropdb --if-exists "$DB" >/dev/null 2>&1 || true' EXIT
 createdb "$DB"
 q -c 'CREATE EXTENSION tokenbucket' >/dev/null
 DSN="dbname=$DB host=$PGHOST port=$PGPORT user=$PGUSER"
@@ -48,6 +49,19 @@ if [ -z "${TB_MODEL_N:-}" ]; then
 	check "tb_pause counts on the test clock" "NOT tb_acquire('clock', 1)"
 	q -c "SELECT tb_test_clock_advance('1 microsecond')" >/dev/null
 	check "and ends on it" "tb_acquire('clock', 1)"
+	# a wait sleeps on the real clock and looks at the test clock again
+	q -c "SELECT tb_create('clock:w', 1, 1), tb_acquire('clock:w')" >/dev/null
+	q -c "SELECT tb_acquire_wait('clock:w', 1, '60 seconds')" >"$WORK/wait.out" &
+	until_waiting() { [ "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT tb_acquire_wait%' AND wait_event_type IS NOT NULL")" = 1 ]; }
+	for _ in $(seq 300); do until_waiting && break; sleep 0.05; done
+	q -c "SELECT tb_test_clock_advance('1 second')" >/dev/null
+	wait
+	n=$((n + 1))
+	if [ "$(cat "$WORK/wait.out")" = t ]; then
+		echo "ok $n - a waiter is granted once the test clock moves (not after 60 real seconds)"
+	else
+		echo "not ok $n - a waiter is granted once the test clock moves: $(cat "$WORK/wait.out")"
+	fi
 	# the model alone: its own rules never over-grant, on random schedules
 	# and on every interleaving of three programs of three steps
 	/usr/bin/python3 "$HERE/model/explore.py" --tap --summary --seeds 1-2000
