@@ -42,7 +42,6 @@ model reads tb_parents once per transaction).
 """
 
 import copy
-import math
 
 
 class Cfg:
@@ -216,7 +215,6 @@ class Session:
         self.levels = []
         self.parents = None    # tb_parents as read at the transaction's start
         self.reservations = {}  # name -> (tokens, parents charged)
-        self.memory_used = False
 
 
 class Model:
@@ -315,7 +313,6 @@ class Model:
         self.shared_change(name, change)
         self.open[name].append(rec)
         s.levels[-1].taken.append(rec)
-        s.memory_used = True
 
     def give_back(self, s, name, tokens):
         """Give back, capped at what s sees missing then (a memory bucket's
@@ -323,7 +320,6 @@ class Model:
         tokens = min(tokens, self.row_seen(s, name).hi)
         if self.memory:
             s.levels[-1].pending.append((name, tokens))
-            s.memory_used = True
         else:
             row = self.write(s, name)
             row.lo, row.hi = max(0.0, row.lo - tokens), max(0.0, row.hi - tokens)
@@ -383,7 +379,7 @@ class Model:
         else:
             for lv in reversed(s.levels):
                 self.undo(s, lv)
-        s.levels, s.state, s.parents, s.memory_used = [], 'idle', None, False
+        s.levels, s.state, s.parents = [], 'idle', None
 
     # -- calls ----------------------------------------------------------
     #
@@ -627,7 +623,6 @@ class Model:
             row = self.write(s, name)
             if self.memory:
                 s.levels[-1].paused.append((name, row.plo))
-                s.memory_used = True
             row.plo, row.phi = max(row.plo, self.now + usecs), max(row.phi, self.now + usecs)
         return Expect(), apply
 
