@@ -81,6 +81,9 @@ def random_step(rng, sessions, names=TAKEN):
     name = rng.choice(names)
     if r < 0.30:
         return (sid, 'take', (name, rng.choice((1, 3, 5, 10))))
+    if r < 0.34 and len(names) > 1:
+        a, b = rng.sample(names, 2)
+        return (sid, 'take_all', (a, rng.choice((1, 3, 5)), b, rng.choice((1, 3, 5))))
     if r < 0.38:
         return (sid, 'peek', (name,))
     if r < 0.46:
@@ -224,6 +227,13 @@ def run(steps, store, k, known=(), script=None):
                 args = (args[0], min(args[1], r[0]))
             if op == 'prepare':
                 args = ('%s%s_%d' % (prefix, actor, n),)
+            if op == 'take_all':     # a parent met twice in one call: not modelled
+                s = m.session(actor)
+                met = [x for name in args[::2] for x in m.chain(s, name)]
+                if s.state == 'idle':
+                    s.parents = None
+                if len(set(met)) < len(met):
+                    continue
             if op == 'set_parent' and (m.prepared or any(
                     x.state != 'idle' for x in m.sessions.values())):
                 continue     # read by an open transaction at a moment the model does not fix

@@ -404,10 +404,11 @@ class Model:
         result = answer(expect)
         if not expect.allows(result, 1e-6 * max([1.0] + [c.capacity for c in self.cfg.values()])):
             text = '%s %s%r: the model allows %r, the store answered %r' % (sid, op, tuple(args), expect, result)
-            if op == 'take' and result == ('ok', True):
+            if op in ('take', 'take_all') and result == ('ok', True):
                 # a grant the model refuses: is it over the ceiling too?
-                for n in self.chain(s, args[0]):
-                    self.ledger[n].add('grant', self.now, args[1])
+                for name, cost in zip(args[::2], args[1::2]):
+                    for n in self.chain(s, name):
+                        self.ledger[n].add('grant', self.now, cost)
                 try:
                     for n in self.cfg:
                         self.ledger[n].check(self.now)
@@ -501,26 +502,31 @@ class Model:
 
     def do_take(self, s, name, cost):
         """tb_acquire(name, cost): from the bucket and its parents, all or none."""
-        cfg = self.cfg[name]
-        if cost > cfg.capacity:
+        return self.do_take_all(s, name, cost)
+
+    def do_take_all(self, s, *pairs):
+        """tb_acquire_all(names, costs) (pairs: name, cost, name, cost...):
+        from every bucket and every parent of theirs, all or none."""
+        asked = list(zip(pairs[::2], pairs[1::2]))
+        if any(cost > self.cfg[name].capacity for name, cost in asked):
             return Expect(ok=False, errors={'22023'}), None
-        names = self.chain(s, name)
-        rows = [self.row_seen(s, n) for n in names]
-        must = all(r.phi <= self.now and r.hi + cost <= self.cfg[n].capacity
-                   for n, r in zip(names, rows))
-        may = all(r.plo <= self.now and r.lo + cost <= self.cfg[n].capacity
-                  for n, r in zip(names, rows))
-        if self.held_by_other(s, names):
+        reqs = [(n, cost) for name, cost in asked for n in self.chain(s, name)]
+        rows = [self.row_seen(s, n) for n, _ in reqs]
+        must = all(r.phi <= self.now and r.hi + c <= self.cfg[n].capacity
+                   for (n, c), r in zip(reqs, rows))
+        may = all(r.plo <= self.now and r.lo + c <= self.cfg[n].capacity
+                  for (n, c), r in zip(reqs, rows))
+        if self.held_by_other(s, [n for n, _ in reqs]):
             # waits for the row, then 55P03; a refusal may come first
             return Expect(values={False} if not must else set(), errors={'55P03'}, ok=not must), None
         values = {True} if must else {False} if not may else {True, False}
         why = ', '.join('%s: tokens %s%s' % (n, fmt(self.cfg[n].capacity - r.hi, self.cfg[n].capacity - r.lo),
                                               ', paused' if r.plo > self.now else '')
-                        for n, r in zip(names, rows))
+                        for (n, _), r in zip(reqs, rows))
         def apply(granted):
             if not granted:
                 return
-            for n in names:
+            for n, cost in reqs:
                 if not must:   # the store said yes: it held cost
                     row = self.write(s, n)
                     row.hi = min(row.hi, self.cfg[n].capacity - cost +
@@ -528,7 +534,8 @@ class Model:
                                   if self.memory else 0.0))
                 self.take_now(s, n, cost)
                 s.levels[-1].entries.append(self.ledger[n].add('grant', self.now, cost))
-            self.reserve(s, name, (cost, names[1:]))
+            for name, cost in asked:
+                self.reserve(s, name, (cost, self.chain(s, name)[1:]))
         return Expect(values=values, why=why), apply
 
     def tokens_expect(self, s, name):

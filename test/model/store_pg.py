@@ -37,6 +37,8 @@ def sql_for(op, args):
         return "PREPARE TRANSACTION '%s'" % args[0]
     if op == 'take':
         return "SELECT tb_acquire('%s', %g)" % args
+    if op == 'take_all':
+        return "SELECT tb_acquire_all(ARRAY['%s', '%s'], ARRAY[%g, %g])" % (args[0], args[2], args[1], args[3])
     if op == 'peek':
         return "SELECT (tb_peek('%s', 0)).remaining" % args
     if op == 'refund':
