@@ -134,6 +134,33 @@ SELECT c.call, r.code, r.message, r.hint FROM (VALUES
 	($$SELECT tb_period_start('1 day', '2025-01-01', repeat('x', 40), now())$$)
 ) AS c(call), pg_temp.catch(c.call) AS r;
 
+-- the extreme moments a timestamptz holds, as anchor and as moment (an
+-- anchor near the end and a moment near the start overflowed the period's
+-- index: XX000 before 1.9 was released): every helper answers, or refuses
+-- with a user's error; a row per helper and SQLSTATE, the answers counted
+SELECT f.helper, r.code, count(*) AS calls
+FROM (VALUES ('1 day'), ('7 days'), ('90 minutes'), ('1 month'), ('3 months')) AS p(period),
+	(VALUES ('4713-11-25 BC'), ('1900-01-01'), ('294276-12-30'), ('294276-12-31 23:00')) AS a(anchor),
+	(VALUES ('-infinity'), ('4713-11-24 00:00+00 BC'), ('1900-01-01 00:00+00'),
+		('294276-12-30 00:00+00'), ('294276-12-31 23:59:59+00'), ('infinity')) AS m(at),
+	LATERAL (VALUES
+		('tb_period_start', format('SELECT tb_period_start(%L, %L, ''UTC'', %L)', p.period, a.anchor, m.at)),
+		('tb_period_start n', format('SELECT tb_period_start(%L, %L, ''Europe/Berlin'', %L, -1)', p.period, a.anchor, m.at)),
+		('tb_tokens', format('SELECT tb_tokens(10, 10, 5, %L, %L, %L, %L, ''UTC'')', m.at, '2025-06-01', p.period, a.anchor)),
+		('tb_tokens back', format('SELECT tb_tokens(10, 10, 5, %L, %L, %L, %L, ''UTC'')', '2025-06-01', m.at, p.period, a.anchor)),
+		('tb_take', format('SELECT tb_take(10, 10, 5, %L, ''-infinity'', 1, %L, 0, %L, %L, ''UTC'')', '2025-06-01', m.at, p.period, a.anchor)),
+		('tb_full_at', format('SELECT tb_full_at(10, 10, 5, %L, %L, %L, ''UTC'')', m.at, p.period, a.anchor)),
+		('tb_ready_at', format('SELECT tb_ready_at(10, 10, 15, %L, %L, 1, %L, %L, %L, ''UTC'')', m.at, m.at, '2025-06-01', p.period, a.anchor))
+	) AS f(helper, call),
+	pg_temp.catch(f.call) AS r
+GROUP BY 1, 2 ORDER BY 1, 2;
+-- the call of the review: the period that moment falls in, far before the
+-- anchor, and the periods next to it
+SELECT tb_period_start('1 day', '294276-12-30', 'UTC', '1900-01-01 12:00+00') AS day_start,
+	tb_period_start('1 day', '294276-12-30', 'UTC', '1900-01-01 12:00+00', 1) AS next_day,
+	tb_period_start('90 minutes', '294276-12-30', 'UTC', '4713-11-24 01:00+00 BC') AS first_periods,
+	tb_period_start('90 minutes', '4713-11-24 BC', 'UTC', '294276-12-31 23:59+00') AS last_periods;
+
 --
 -- Quotas in the stores: tb_create_quota, then the functions every bucket
 -- has, at real now, the period's start moved by writing the row.
