@@ -244,6 +244,30 @@ FROM tb_buckets AS b,
 	LATERAL (SELECT tb_period_start(b.period, b.period_anchor, b.time_zone, clock_timestamp(), 1) AS p) AS s
 WHERE b.name = 'day';
 
+-- a new key of a quota template that carries over starts with its budget
+-- (3), not what it may hold (8): a first call above the budget is refused,
+-- table and memory alike, by every function that takes (on main the
+-- table's answered XX000 "a new bucket did not grant a cost within its
+-- capacity"), and grants once the key has carried enough; above what it
+-- may hold, it is the error a bucket's capacity gives
+SELECT tb_create_quota('cuser:*', 3, '1 day', 'UTC', carry_max => 5),
+	tb_create_quota('mcuser:*', 3, '1 day', 'UTC', carry_max => 5, memory => true);
+SELECT t.kind, k.call, (SELECT granted FROM tb_try(t.kind || 'ann', 4)) AS try_4,
+	tb_acquire(t.kind || 'bob', 5) AS acquire_5,
+	tb_acquire_wait(t.kind || 'cy', 6, '10 ms') AS wait_6,
+	(SELECT granted FROM tb_try(t.kind || 'di', 2, 0.5)) AS try_2_reserve_half,
+	(SELECT granted FROM tb_try(t.kind || 'eve', 3)) AS try_3
+FROM (VALUES ('cuser:'), ('mcuser:')) AS t(kind), (VALUES ('first')) AS k(call);
+SELECT name, tokens, capacity, refill_rate FROM tb_status
+WHERE name ~ '^m?cuser:[a-z]' ORDER BY name;
+SELECT r.code, r.message FROM (VALUES ($$SELECT tb_acquire('cuser:fay', 9)$$),
+	($$SELECT tb_acquire('mcuser:fay', 9)$$)) AS c(call), pg_temp.catch(c.call) AS r;
+-- a day later the key carried its unused budget: 6 of 8
+UPDATE tb_buckets SET updated_at = updated_at - interval '1 day' WHERE name = 'cuser:ann';
+SELECT tokens FROM tb_status WHERE name = 'cuser:ann';
+SELECT granted, remaining FROM tb_try('cuser:ann', 5);
+SELECT tb_drop('cuser:*'), tb_drop('mcuser:*');
+
 -- a pause holds a quota as any bucket; tb_reset fills it and lifts it
 SELECT tb_pause('month', '1 hour');
 SELECT granted FROM tb_try('month');
