@@ -264,6 +264,24 @@ SELECT round(tb_settle('ann', 1, 0, NULL)::numeric, 2) AS ann, round(tb_refund('
 SELECT * FROM pg_temp.catch($$SELECT tb_settle('ann', 1, 0, 'infinity')$$);
 SELECT code, message ~ '^reserved_at .* is after now$' AS after_now
 FROM pg_temp.catch($$SELECT tb_refund('ann', 1, clock_timestamp() + interval '1 minute')$$);
+-- a template's row changed: what its keys reserved before gives back to
+-- the key alone (pool:a keeps bo's 10, pool:b is given none); what they
+-- reserve after, up the new row; writing the same parent again keeps since
+SELECT tb_reset('pool:a'), tb_reset('pool:b');
+SELECT now() AS before_template \gset
+SELECT tb_acquire('member:a:bo', 10);
+SELECT tb_set_parent('member:*', 'pool:b');
+SELECT since AS template_since FROM tb_parents WHERE child = 'member:*' \gset
+SELECT round(tb_refund('member:a:bo', 10, :'before_template')::numeric, 2) AS bo;
+SELECT name, round(tokens::numeric, 2) AS tokens FROM tb_status
+WHERE name IN ('pool:a', 'pool:b', 'member:a:bo') ORDER BY name;
+SELECT now() AS after_template \gset
+SELECT tb_acquire('member:a:bo', 10);
+SELECT round(tb_refund('member:a:bo', 4, :'after_template')::numeric, 2) AS bo;
+SELECT name, round(tokens::numeric, 2) AS tokens FROM tb_status
+WHERE name IN ('pool:a', 'pool:b', 'member:a:bo') ORDER BY name;
+SELECT tb_set_parent('member:*', 'pool:b');
+SELECT since = :'template_since' AS since_kept FROM tb_parents WHERE child = 'member:*';
 DELETE FROM tb_parents WHERE child IN ('ann', 'mann', 'member:*', 'member:a:ann', 'team:b');
 
 -- who may: tb_parents is the owner's, like tb_buckets; tb_set_parent is
