@@ -12,7 +12,11 @@
  * prefix over a shorter one, as with the buckets' templates.  A call on a
  * bucket is a call on it and on every ancestor, with the same cost: the
  * entry points add them (hierarchy_expand()) before the router takes
- * every request all or nothing, as tb_acquire_all does.
+ * every request all or nothing, as tb_acquire_all does.  What a settle or
+ * refund gives back goes up a row of tb_parents only for a reservation
+ * made since the row was written (its since; hierarchy_given_back()): a
+ * reservation is a name and an amount, and the parent it was charged to
+ * may have changed since.
  *
  * Each backend keeps a copy of tb_parents, read whole on first use and
  * again after a change: the trigger on tb_parents invalidates the
