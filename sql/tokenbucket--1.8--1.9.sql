@@ -375,29 +375,14 @@ REVOKE ALL ON FUNCTION @extschema@.tb_settle(text, float8, float8, timestamptz) 
 
 --
 -- 1.9: tb_try and tb_peek end with denied_by, the bucket or parent that
--- refused.  Replacing a function drops the grants made on it, so they are
--- saved first, as the statements that give them again.
+-- refused.  Replacing a function drops the privileges on it, so each one's
+-- owner and ACL are saved first and given back exactly below.
 --
-WITH replaced (f) AS (VALUES
-	('@extschema@.tb_try(text, float8)'::pg_catalog.regprocedure),
-	('@extschema@.tb_try(text, float8, float8)'),
-	('@extschema@.tb_peek(text, float8)'),
-	('@extschema@.tb_peek(text, float8, float8)')),
-grants (step, stmt) AS (
-	SELECT 1, pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f.f)
-	FROM replaced AS f JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=) f.f
-	WHERE p.proacl IS NOT NULL
-	UNION ALL
-	SELECT 2, pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', f.f,
-		CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-			ELSE pg_catalog.quote_ident(r.rolname) END)
-	FROM replaced AS f JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=) f.f
-	CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS a
-	LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
-	WHERE a.grantee OPERATOR(pg_catalog.<>) p.proowner)
-SELECT pg_catalog.set_config('tokenbucket_upgrade.grants',
-	coalesce(pg_catalog.string_agg(stmt, E'\n' ORDER BY step), ''), false)
-FROM grants;
+SELECT pg_catalog.set_config('tokenbucket_upgrade.acls', coalesce(pg_catalog.string_agg(
+		pg_catalog.concat_ws(E'\t', f.f, p.proowner::pg_catalog.regrole, p.proacl), E'\n'), ''), true)
+FROM (VALUES ('@extschema@.tb_try(text, float8)'), ('@extschema@.tb_try(text, float8, float8)'),
+	('@extschema@.tb_peek(text, float8)'), ('@extschema@.tb_peek(text, float8, float8)')) AS f (f)
+JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=) f.f::pg_catalog.regprocedure;
 
 DROP FUNCTION @extschema@.tb_try(text, float8);
 DROP FUNCTION @extschema@.tb_try(text, float8, float8);
@@ -452,15 +437,44 @@ LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL RESTRICTED;
 COMMENT ON FUNCTION @extschema@.tb_peek(text, float8, float8) IS
 	'what tb_try with a reserve would answer now, without taking, locking or writing anything';
 
--- the grants saved above, given again to the replaced functions
+-- the owners and privileges saved above, given again to the replaced
+-- functions: from no privilege at all, each entry of the ACL in its order,
+-- granted by its grantor (a superuser's grant is the owner's), with its
+-- grant option; a function that had the default ACL (NULL) keeps it
 DO $$
 DECLARE
-	stmt text;
+	saved text;
+	f pg_catalog.regprocedure;
+	owner pg_catalog.regrole;
+	acl pg_catalog.aclitem[];
+	item record;
+	role text := pg_catalog.current_setting('role');
 BEGIN
-	FOREACH stmt IN ARRAY pg_catalog.string_to_array(
-		pg_catalog.current_setting('tokenbucket_upgrade.grants'), E'\n')
+	FOREACH saved IN ARRAY pg_catalog.string_to_array(
+		pg_catalog.current_setting('tokenbucket_upgrade.acls'), E'\n')
 	LOOP
-		EXECUTE stmt;
+		f := pg_catalog.split_part(saved, E'\t', 1);
+		owner := pg_catalog.split_part(saved, E'\t', 2);
+		acl := NULLIF(pg_catalog.split_part(saved, E'\t', 3), '');
+		EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %s', f, owner);
+		CONTINUE WHEN acl IS NULL;
+		EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC, %s', f, owner);
+		FOR item IN
+			SELECT a.grantor, a.is_grantable, g.rolname AS grantor_name,
+				CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+					ELSE pg_catalog.quote_ident(r.rolname) END AS grantee
+			FROM pg_catalog.aclexplode(acl) WITH ORDINALITY AS a
+			JOIN pg_catalog.pg_roles AS g ON g.oid OPERATOR(pg_catalog.=) a.grantor
+			LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+			ORDER BY a.ordinality
+		LOOP
+			IF item.grantor OPERATOR(pg_catalog.<>) owner THEN
+				PERFORM pg_catalog.set_config('role', item.grantor_name, true);
+			END IF;
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', f, item.grantee,
+				CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+			PERFORM pg_catalog.set_config('role', role, true);
+		END LOOP;
 	END LOOP;
 END $$;
 
