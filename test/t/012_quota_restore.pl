@@ -9,8 +9,9 @@
 #    new cluster (the first start with the library, where a new bucket
 #    starts full): the same, for the keys used before the dump and for
 #    those never used (a dump does not say which were), and the restored
-#    rows say so (empty at the restore); a quota made with
-#    tb_create_quota in the restored database starts with its budget;
+#    rows say so (empty at the restore), after a tb_alter too; a quota
+#    and a template made with tb_create_quota in the restored database
+#    start with their budget;
 #  - quotas of 6-second periods restored into the new cluster: spent until
 #    the next period's start, then granted their budget, once.
 # The long quotas' periods last ten years: none starts during the run.
@@ -99,10 +100,27 @@ is($other->safe_psql('postgres', q{
 	FROM tb_buckets WHERE memory}),
 	'mcq true true, mq true true, ms true true, mtq:* true true, mts:* true true',
 	'the restored rows of memory quotas say so: empty at the restore');
-$other->safe_psql('postgres',
-	q{SELECT tb_create_quota('fresh', 5, '3650 days', 'UTC', '2025-01-01', memory => true)});
-is($other->safe_psql('postgres', q{SELECT tb_acquire('fresh', 5), tb_acquire('fresh')}),
-	't|f', 'a memory quota made in the restored database starts with its budget, once');
+$other->safe_psql('postgres', q{
+	SELECT tb_create_quota('fresh', 5, '3650 days', 'UTC', '2025-01-01', memory => true),
+	       tb_create_quota('fresh:*', 5, '3650 days', 'UTC', '2025-01-01', 2, memory => true)});
+$other->safe_psql('postgres', q{SELECT tb_alter('fresh:*', 9)});
+is($other->safe_psql('postgres', q{
+	SELECT tb_acquire('fresh', 5), tb_acquire('fresh:k', 5), tb_acquire('fresh'), tb_acquire('fresh:k')}),
+	't|t|f|f', 'a memory quota and a template made (and altered) in the restored database start with their budget, once');
+
+# tb_alter of a restored quota and of its template: still spent, keys
+# first used after it too; the quota that may carry 5 gets 5 at the next
+# period's start, and 10 a period later at the earliest
+$other->safe_psql('postgres', q{SELECT tb_alter('mtq:*', 8), tb_alter('mq', 8)});
+is($other->safe_psql('postgres', q{
+	SELECT string_agg(n || ' ' || (SELECT granted FROM tb_peek(n, 0.5)), ', ' ORDER BY n)
+	FROM unnest('{mq,mtq:k,mtq:later}'::text[]) AS n}),
+	'mq false, mtq:k false, mtq:later false',
+	'tb_alter of a restored memory quota, and of its template: still spent, a new key too');
+is($other->safe_psql('postgres', q{
+	SELECT extract(epoch FROM t.retry_after) > extract(epoch FROM s.period_end - clock_timestamp()) + 86400 * 3000
+	FROM tb_peek('mcq', 6) AS t, tb_status AS s WHERE s.name = 'mcq'}),
+	't', 'a restored quota that may carry 5 gets its budget at the next period\'s start, no more');
 
 # the short quotas: spent until the next period (unless one began meanwhile
 # on a slow machine), then granted their budget, once
