@@ -305,6 +305,7 @@ template_copy_current(Oid relid, uint64 generation)
 			t->memory = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
 			read_period(tuple, desc, 5, &t->period);
 			t->row.period = &t->period;
+			t->row.paused_until = DT_NOBEGIN;
 			t->row.deficit = DatumGetFloat8(SPI_getbinval(tuple, desc, 8, &isnull));
 			t->row.updated_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 9, &isnull));
 			template_copy.memory_count += t->memory ? 1 : 0;
