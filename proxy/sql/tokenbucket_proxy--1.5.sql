@@ -15,9 +15,9 @@
 -- tb_purge; 1.9 for quotas, parents and alerts, and with tokenbucket_shard
 -- 1.1 for tb_try's and tb_peek's denied_by, NULL from a shard before
 -- that, and for tb_refund's and tb_settle's reserved_at, to the bucket
--- alone before that) and tokenbucket_shard, in the schema this extension is in,
--- where PL/Proxy calls them: create all three in the same one (public by
--- default).  The proxy server needs tokenbucket's library (not the
+-- alone before that) and tokenbucket_shard, in the schema this extension
+-- is in, where PL/Proxy calls them: create all three in the same one
+-- (public by default).  The proxy server needs tokenbucket's library (not the
 -- extension) for the bound on a call.  Leases are not proxied.
 --
 -- In this order: routing; the cluster as PL/Proxy reads it; the bound on a
