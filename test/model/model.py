@@ -32,8 +32,9 @@ and a rollback puts back the row as it was.  A memory bucket is taken from
 in shared memory at once, without locks.
 
 Parents: a take charges the bucket and its parent, all or nothing; a
-settlement or refund gives back to the parent that was charged for the
-reservation settled (not the parent the bucket has at settle time).
+settlement or refund without reserved_at gives back to the bucket alone
+(never to a parent it was not charged to: finding 2 of issue 54), and a
+settlement above the reservation takes from the bucket and its parents.
 tb_sync lowers the bucket alone.  A session reads tb_parents at the start
 of its transaction, or later: PostgreSQL hands a backend the change at
 the start of a transaction or when a call first locks a table in it, so
@@ -568,12 +569,14 @@ class Model:
         return expect, lambda tokens: self.narrow(s, name, tokens)
 
     def settle_to(self, s, name):
-        """The bucket and the parents charged for its reservation."""
-        r = s.reservations.get(name)
-        return [name] + (r[1] if r else self.chain(s, name)[1:])
+        """Where a give-back without reserved_at goes: to the bucket alone.
+        (It goes up a row of tb_parents only when the reservation was made
+        after the row was written, which only reserved_at tells; the rows
+        tb_set_parent writes are never older than that: never.)"""
+        return [name]
 
     def do_refund(self, s, name, tokens):
-        """tb_refund: give back to the bucket and the parents it was charged to."""
+        """tb_refund: give back (without reserved_at: to the bucket alone)."""
         names = self.settle_to(s, name)
         if self.held_by_other(s, names):
             return Expect(ok=False, errors={'55P03'}), None
@@ -591,9 +594,9 @@ class Model:
         return self.tokens_expect(s, name)
 
     def do_settle(self, s, name, reserved, used):
-        """tb_settle: refund reserved - used, or take used - reserved more
-        (into debt if need be), on the bucket and the parents charged."""
-        names = self.settle_to(s, name)
+        """tb_settle: refund reserved - used (as tb_refund), or take used -
+        reserved more (into debt if need be) on the bucket and its parents."""
+        names = self.settle_to(s, name) if reserved >= used else self.chain(s, name)
         if self.held_by_other(s, names):
             return Expect(ok=False, errors={'55P03'}), None
         def change():
