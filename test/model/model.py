@@ -295,14 +295,21 @@ class Model:
 
     def take_now(self, s, name, tokens):
         """Take at once.  A memory bucket's session takes first what it gave
-        back itself and has not committed yet (the rest from shared memory)."""
+        back itself and has not committed yet, as far as that still counts
+        (no more than the bucket is short of full: what a refill made full
+        again gives nothing); the rest from shared memory."""
         if self.memory:
-            own = min(tokens, sum(x for lv in s.levels for (n, x) in lv.pending if n == name))
+            back = sum(x for lv in s.levels for (n, x) in lv.pending if n == name)
+            row = self.rows[name]
+            row.advance(self.cfg[name], self.now)
+            own = min(tokens, back, row.hi) if back > 0 else 0.0
             if own > 0:
                 s.levels[-1].pending.append((name, -own))
-            rest = tokens - own
-            if rest > 0:
-                self.remember(s, name, rest, lambda row: add(row, rest))
+            def take(r):
+                r.lo += tokens - (min(tokens, back, r.lo) if back > 0 else 0.0)
+                r.hi += tokens - own
+            if tokens - own > 0 or row.lo + tokens - min(tokens, back, row.lo) > row.lo:
+                self.remember(s, name, tokens - (min(tokens, back, row.lo) if back > 0 else 0.0), take)
         else:
             add(self.write(s, name), tokens)
 
