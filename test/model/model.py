@@ -293,6 +293,16 @@ class Model:
             row.advance(cfg, self.now)
             change(row)
 
+    def cap_back(self, s, name):
+        """A memory bucket's uncommitted give-back of s counts, when s next
+        calls on it, no more than the bucket is then short of full (a
+        refill that filled it meanwhile used it up)."""
+        back = sum(x for lv in s.levels for (n, x) in lv.pending if n == name)
+        row = self.rows[name]
+        row.advance(self.cfg[name], self.now)
+        if back > row.hi:
+            s.levels[-1].pending.append((name, row.hi - back))
+
     def take_now(self, s, name, tokens):
         """Take at once.  A memory bucket's session takes first what it gave
         back itself and has not committed yet, as far as that still counts
@@ -376,11 +386,14 @@ class Model:
             for rec in lv.taken if commit else ():
                 self.open[rec.name].remove(rec)
         if commit:
+            net = {}
             for lv in s.levels:
                 for name, tokens in lv.pending:
-                    self.shared_change(name, lambda row: add(row, -tokens))
+                    net[name] = net.get(name, 0.0) + tokens
                 for e in lv.entries:
                     e.commit_t = self.now
+            for name, tokens in net.items():     # what is left of them, at once
+                self.shared_change(name, lambda row: add(row, -tokens))
             for name in [n for n, o in self.owner.items() if o == s.sid]:
                 self.rows[name] = self.work.pop(name)
                 del self.owner[name]
@@ -408,6 +421,10 @@ class Model:
             implicit = s.state == 'idle'
             if implicit:
                 s.state, s.levels = 'open', [Level()]
+            if self.memory:
+                for name in args[::2] if op == 'take_all' else args[:1]:
+                    for n in self.chain(s, name):
+                        self.cap_back(s, n)
             expect, apply = handler(s, *args)
         result = answer(expect)
         if not expect.allows(result, 1e-6 * max([1.0] + [c.capacity for c in self.cfg.values()])):
