@@ -672,10 +672,6 @@ class Model:
                 row.plo = row.phi = -1
             if self.memory:
                 self.shared_change(name, fill)
-                # a full bucket: give-backs not yet committed have nothing left to give
-                for x in list(self.sessions.values()) + list(self.prepared.values()):
-                    for lv in x.levels:
-                        lv.pending = [(n, t) for (n, t) in lv.pending if n != name]
             else:
                 fill(self.rows[name])
             self.ledger[name].add('reset', self.now, 0.0)
