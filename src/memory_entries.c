@@ -44,6 +44,7 @@
  */
 #include "postgres.h"
 
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,6 +60,7 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
+#include "utils/float.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
@@ -371,6 +373,7 @@ init_entry(MemoryEntry *entry, uint32 hashcode, MemoryTemplate *template,
 	entry->waiter = -1;
 	entry->pins = 0;
 	entry->bucket = *state;
+	entry->open_takes = 0;
 	memset(&entry->counters, 0, sizeof(StatsCounts));
 	link_entry(entry);
 }
@@ -629,6 +632,9 @@ memory_rekey(MemoryEntry *entry, const MemoryKey *key)
 	moved->waiter = copy.waiter;
 	moved->pins = copy.pins;
 	moved->bucket = copy.bucket;
+	moved->open_tokens = copy.open_tokens;
+	moved->open_low = copy.open_low;
+	moved->open_takes = copy.open_takes;
 	moved->counters = copy.counters;
 	link_entry(moved);
 	return true;
@@ -815,6 +821,97 @@ memory_wake(int waiter)
 {
 	if (waiter >= 0)
 		SetLatch(&GetPGProcByNumber(waiter)->procLatch);
+}
+
+/*
+ * Before a change of "entry"'s tokens at "now" (under its spinlock): while
+ * takes are open, the lowest deficit, less what they took, is kept.
+ * Between changes a deficit only falls (refill), so its lowest over any
+ * time is one of those seen just before a change, or the present one.
+ */
+void
+memory_open_note(MemoryEntry *entry, TimestampTz now)
+{
+	if (entry->open_takes != 0)
+		entry->open_low = fmin(entry->open_low,
+							   bucket_deficit_at(&entry->bucket, now) - entry->open_tokens);
+}
+
+/*
+ * A take of "tokens" (above zero) that a rollback would give back was
+ * made on "entry" (under its spinlock, noted before), and is counted in
+ * "opened" and "opens" (its undo record's) and the entry's open takes: the
+ * first open one starts the lowest deficit anew.  A count that would
+ * overflow stays -1 for the entry's life: then the lowest is never started
+ * anew, which gives back less, never more.  A provisional entry's counts
+ * nothing: only its own transaction changes it, whose deeper levels end
+ * first, so a rollback there capped at the capacity is exact already.
+ */
+void
+memory_open_add(MemoryEntry *entry, double tokens, double *opened, int64 *opens)
+{
+	*opened += tokens;
+	(*opens)++;
+	if (entry->key.provisional)
+		return;
+	if (entry->open_takes == 0)
+	{
+		entry->open_tokens = 0;
+		entry->open_low = get_float8_infinity();
+	}
+	entry->open_takes = entry->open_takes >= 0 && entry->open_takes < PG_INT32_MAX ?
+		entry->open_takes + 1 : -1;
+	entry->open_tokens += tokens;
+}
+
+/*
+ * Takes counted by memory_open_add(), "takes" of them, "tokens" in all,
+ * ended (committed, or rolled back): under the entry's spinlock.
+ */
+void
+memory_open_end(MemoryEntry *entry, double tokens, int64 takes)
+{
+	if (entry->open_takes <= 0 || takes == 0)
+		return;
+	if (takes >= entry->open_takes)
+		entry->open_takes = 0;
+	else
+	{
+		entry->open_takes -= (int32) takes;
+		entry->open_tokens -= tokens;
+	}
+}
+
+/* Give "entry" new settings at "now" (every lock held; see memory_open_note()). */
+void
+memory_reconfigure(MemoryEntry *entry, double capacity, double refill_rate,
+				   TimestampTz now)
+{
+	memory_open_note(entry, now);
+	bucket_reconfigure(&entry->bucket, capacity, refill_rate, now);
+}
+
+/*
+ * Give back "tokens" (taken at once when below zero) that an open take
+ * took from "entry", at "now", as if it had never been made, and no more
+ * (under its spinlock).  Had the take never been made, the deficit would
+ * be lower by the tokens until the bucket, without them, was full, and
+ * from then on lower by the deficit's lowest since: so by no more than
+ * "tokens" plus the lowest of (deficit less the tokens this take's
+ * record held then) at each change since it and now.  Every open take
+ * counts in open_tokens, so open_low is never above that: a rollback
+ * with nothing refilled meanwhile gives all back, one after a refill that
+ * others spent gives that much less, and several open at once may give
+ * back a little less than they could.
+ */
+void
+memory_give_back(MemoryEntry *entry, double tokens, TimestampTz now)
+{
+	memory_open_note(entry, now);
+	if (tokens > 0 && entry->open_takes != 0)
+		tokens = fmax(0.0, tokens + fmin(0.0, entry->open_low));
+	if (tokens != 0)
+		bucket_adjust(&entry->bucket, tokens, now);
 }
 
 /*
