@@ -35,6 +35,11 @@
  * template after the crash, can grant what it granted before.  Only an
  * entry that is full is ever removed to make room.
  *
+ * Open takes.  While takes not yet committed are open on an entry, it
+ * keeps what they took and the lowest deficit less that seen since the
+ * oldest of them, so that a rollback gives back no more than the bucket
+ * would hold had its take never been made (memory_give_back()).
+ *
  * What a clean shutdown saves, and the start reads back, is
  * memory_state.c's; what the views show of the entries, memory_list.c's.
  *

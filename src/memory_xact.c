@@ -9,7 +9,8 @@
  * Rollback: what a (sub)transaction did to an entry's tokens and pause is
  * kept per entry and nest level, not per call, and undone if that level
  * aborts, so ROLLBACK gives grants back as it does for a row, and ten
- * million grants on one bucket keep one record.  The same record holds a
+ * million grants on one bucket keep one record (given back no more than had
+ * they never been made: memory_give_back()).  The same record holds a
  * template key's grants, counted in its entry at commit.
  *
  * Giving back: what a transaction gives back to a committed entry (a
