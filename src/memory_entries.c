@@ -49,6 +49,7 @@
  */
 #include "postgres.h"
 
+#include <float.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -830,16 +831,27 @@ memory_wake(int waiter)
 
 /*
  * Before a change of "entry"'s tokens at "now" (under its spinlock): while
- * takes are open, the lowest deficit, less what they took, is kept.
- * Between changes a deficit only falls (refill), so its lowest over any
- * time is one of those seen just before a change, or the present one.
+ * takes are open, the lowest deficit, less what they took, is kept, or 0
+ * when that is lower (all a rollback needs).  Between changes a deficit
+ * only falls (refill), so its lowest over any time is one of those seen
+ * just before a change, or the present one.  It is kept as a float4
+ * rounded down (so that the entry keeps its cache lines), which only gives
+ * back less, by a part in ten million of it at most.
  */
 void
 memory_open_note(MemoryEntry *entry, TimestampTz now)
 {
-	if (entry->open_takes != 0)
-		entry->open_low = fmin(entry->open_low,
-							   bucket_deficit_at(&entry->bucket, now) - entry->open_tokens);
+	double		low;
+	float4		rounded;
+
+	if (entry->open_takes == 0)
+		return;
+	low = fmin(entry->open_low,
+			   bucket_deficit_at(&entry->bucket, now) - entry->open_tokens);
+	if (low >= 0)
+		return;
+	rounded = low < -FLT_MAX ? -get_float4_infinity() : (float4) low;
+	entry->open_low = (double) rounded > low ? nextafterf(rounded, -FLT_MAX) : rounded;
 }
 
 /*
@@ -862,7 +874,7 @@ memory_open_add(MemoryEntry *entry, double tokens, double *opened, int64 *opens)
 	if (entry->open_takes == 0)
 	{
 		entry->open_tokens = 0;
-		entry->open_low = get_float8_infinity();
+		entry->open_low = 0;
 	}
 	entry->open_takes = entry->open_takes >= 0 && entry->open_takes < PG_INT32_MAX ?
 		entry->open_takes + 1 : -1;
@@ -914,7 +926,7 @@ memory_give_back(MemoryEntry *entry, double tokens, TimestampTz now)
 {
 	memory_open_note(entry, now);
 	if (tokens > 0 && entry->open_takes != 0)
-		tokens = fmax(0.0, tokens + fmin(0.0, entry->open_low));
+		tokens = fmax(0.0, tokens + entry->open_low);
 	if (tokens != 0)
 		bucket_adjust(&entry->bucket, tokens, now);
 }
