@@ -93,12 +93,13 @@ SELECT * FROM pg_temp.try('user:acme:ann', 1);
 SELECT * FROM pg_temp.try('key:acme:ann:k1', 1);
 SELECT * FROM pg_temp.levels();
 
--- settle and refund apply to every level alike: a settle of 2 more takes
--- 2 more from each; a refund gives each back; the answer is the call's
--- own bucket's
+-- settle and refund apply to every level: a settle of 2 more takes 2
+-- more from each; a refund of a reservation made since the parents were
+-- set (reserved_at) gives each back (see the moves below for one made
+-- before); the answer is the call's own bucket's
 SELECT round(tb_settle('user:acme:ann', 1, 3)::numeric, 2) AS settled;
 SELECT * FROM pg_temp.levels();
-SELECT round(tb_refund('user:acme:ann', 2)::numeric, 2) AS refunded;
+SELECT round(tb_refund('user:acme:ann', 2, now())::numeric, 2) AS refunded;
 SELECT * FROM pg_temp.levels();
 -- tb_sync, tb_pause and tb_reset are the bucket's own
 SELECT round(tb_sync('key:acme:ann:k1', 1)::numeric, 2) AS synced;
@@ -133,7 +134,7 @@ SELECT code, message FROM pg_temp.catch($$SELECT tb_try('user:solo:x', 60)$$);
 SELECT code, message FROM pg_temp.catch($$SELECT tb_peek('user:solo:x', 60)$$);
 SELECT tb_set_parent('lost', 'nowhere'), tb_create('lost', 5, 1, '1 day');
 SELECT code, message FROM pg_temp.catch($$SELECT tb_acquire('lost')$$);
-SELECT code, message FROM pg_temp.catch($$SELECT tb_refund('lost', 1)$$);
+SELECT code, message FROM pg_temp.catch($$SELECT tb_refund('lost', 1, now())$$);
 -- a key without the field its template's parent takes
 SELECT * FROM pg_temp.catch($$SELECT tb_acquire('key:solo')$$);
 -- the bad declarations: 23514 naming what is wrong
@@ -144,7 +145,7 @@ SELECT * FROM pg_temp.catch($$SELECT tb_set_parent('x:*', 'team:{0}')$$);
 SELECT * FROM pg_temp.catch($$SELECT tb_set_parent('x:*', 'team:{99999999999}')$$);
 SELECT * FROM pg_temp.catch($$SELECT tb_set_parent('x', 'team:*')$$);
 SELECT * FROM pg_temp.catch($$SELECT tb_set_parent(NULL, 'org')$$);
-SELECT * FROM pg_temp.catch($$INSERT INTO tb_parents VALUES ('x', NULL)$$);
+SELECT code, message FROM pg_temp.catch($$INSERT INTO tb_parents VALUES ('x', NULL)$$);
 -- a '{' that begins no placeholder is itself, as in a proxy's hash tag
 SELECT tb_create('{acme}:team', 10, 1, '1 day'), tb_create('{acme}:user:*', 5, 1, '1 day');
 SELECT tb_set_parent('{acme}:user:*', '{acme}:team'), tb_set_parent('x:*', 'team:{a}:{1'),
@@ -185,6 +186,103 @@ ROLLBACK;
 SELECT name FROM tb_try_all('{user:acme:ann}', '{1}');
 TRUNCATE tb_parents;
 SELECT name FROM tb_try_all('{user:acme:ann}', '{1}');
+
+-- a settle or refund gives back only to levels the reservation was
+-- charged to.  Each row of tb_parents says since when it holds (since); a
+-- give-back goes up a link only for a reservation made since, as the
+-- settle's reserved_at says; without it, to the bucket alone.  ann
+-- reserves 80 under team:a; team:b spends its 100; the DBA moves ann to
+-- team:b; ann settles (before 1.9 was released, the 80 went to team:b,
+-- which granted 80 more: 180 in a day against 100, while team:a never got
+-- them back).  Table and memory (m...), a named child, and a template's
+-- key ({1}) given a row of its own, alike.
+SELECT tb_create('team:a', 100, 1, '1 day'), tb_create('team:b', 100, 1, '1 day'),
+	tb_create('ann', 100, 1, '1 day'), tb_create('mteam:a', 100, 1, '1 day', memory => true),
+	tb_create('mteam:b', 100, 1, '1 day', memory => true), tb_create('mann', 100, 1, '1 day', memory => true),
+	tb_create('pool:a', 100, 1, '1 day'), tb_create('pool:b', 100, 1, '1 day'),
+	tb_create('member:*', 100, 1, '1 day', memory => true);
+SELECT tb_set_parent('ann', 'team:a'), tb_set_parent('mann', 'mteam:a'),
+	tb_set_parent('member:*', 'pool:{1}');
+SELECT child, parent, since <= clock_timestamp() AS since_written FROM tb_parents ORDER BY child;
+CREATE FUNCTION pg_temp.moved() RETURNS TABLE (name text, tokens numeric)
+LANGUAGE sql AS $$
+	SELECT name, round(tokens::numeric, 2) FROM tb_status
+	WHERE name ~ '^(m?team:[ab]|m?ann|pool:[ab]|member:a:ann)$' ORDER BY name $$;
+SELECT now() AS before_move \gset
+-- two reservations each, 80 and 10, before the move
+SELECT tb_acquire('ann', 80), tb_acquire('mann', 80), tb_acquire('member:a:ann', 80),
+	tb_acquire('ann', 10), tb_acquire('mann', 10), tb_acquire('member:a:ann', 10),
+	tb_acquire('team:b', 100), tb_acquire('mteam:b', 100), tb_acquire('pool:b', 100);
+SELECT * FROM pg_temp.moved();
+-- the moves: a named child's row changed; a template's key given a row
+-- of its own (a new parent by INSERT)
+SELECT tb_set_parent('ann', 'team:b'), tb_set_parent('mann', 'mteam:b'),
+	tb_set_parent('member:a:ann', 'pool:b');
+SELECT child, parent, since > :'before_move' AS since_the_move FROM tb_parents ORDER BY child;
+-- the 80 settled without the moment: the bucket gets them back, no parent
+SELECT round(tb_settle('ann', 80, 0)::numeric, 2) AS ann,
+	round(tb_settle('mann', 80, 0)::numeric, 2) AS mann,
+	round(tb_refund('member:a:ann', 80)::numeric, 2) AS member;
+SELECT * FROM pg_temp.moved();
+-- team:b grants nothing more in its day: 100, not 180
+SELECT tb_acquire('team:b', 80) AS team_b, tb_acquire('mteam:b', 80) AS mteam_b,
+	tb_acquire('pool:b', 80) AS pool_b;
+-- the 10 settled with the moment they were reserved, before the move: the
+-- same, the bucket alone
+SELECT round(tb_settle('ann', 10, 0, :'before_move')::numeric, 2) AS ann,
+	round(tb_refund('mann', 10, :'before_move')::numeric, 2) AS mann,
+	round(tb_settle('member:a:ann', 10, 4, :'before_move')::numeric, 2) AS member;
+SELECT * FROM pg_temp.moved();
+SELECT tb_reset('team:b'), tb_reset('mteam:b'), tb_reset('pool:b');
+-- reserved after the move: given back up the new chain; a settle above
+-- the reservation charges the chain the bucket has now, whatever the moment
+SELECT now() AS after_move \gset
+SELECT tb_acquire('ann', 10), tb_acquire('mann', 10), tb_acquire('member:a:ann', 10);
+SELECT round(tb_settle('ann', 10, 4, :'after_move')::numeric, 2) AS ann,
+	round(tb_refund('mann', 10, :'after_move')::numeric, 2) AS mann,
+	round(tb_settle('member:a:ann', 10, 12, :'before_move')::numeric, 2) AS member;
+SELECT * FROM pg_temp.moved();
+-- a link written above the bucket stops give-backs above it: team:b given
+-- a parent, ann's reservation made before that gives back to ann and to
+-- team:b (ann's link is older than the reservation), not to org
+SELECT tb_reset('org');
+SELECT tb_set_parent('team:b', 'org');
+SELECT tb_acquire('ann', 5);
+SELECT round(tb_refund('ann', 5, :'after_move')::numeric, 2) AS ann;
+SELECT * FROM pg_temp.moved() UNION ALL SELECT 'org', round(tokens::numeric, 2) FROM tb_status WHERE name = 'org';
+-- the DBA may declare a link older than every reservation: with since
+-- '-infinity', even a settle that does not say when gives back up it
+UPDATE tb_parents SET since = '-infinity' WHERE child = 'ann';
+SELECT tb_acquire('ann', 5);
+SELECT round(tb_refund('ann', 5)::numeric, 2) AS ann;
+SELECT * FROM pg_temp.moved() UNION ALL SELECT 'org', round(tokens::numeric, 2) FROM tb_status WHERE name = 'org';
+-- an UPDATE of a row's parent writes since (unless it sets since itself);
+-- a NULL moment is the 3-argument form's; a moment after now is refused
+UPDATE tb_parents SET parent = 'team:a' WHERE child = 'ann';
+SELECT child, since > :'after_move' AS since_the_update FROM tb_parents WHERE child = 'ann';
+SELECT round(tb_settle('ann', 1, 0, NULL)::numeric, 2) AS ann, round(tb_refund('ann', 0, NULL)::numeric, 2) AS ann_again;
+SELECT * FROM pg_temp.catch($$SELECT tb_settle('ann', 1, 0, 'infinity')$$);
+SELECT code, message ~ '^reserved_at .* is after now$' AS after_now
+FROM pg_temp.catch($$SELECT tb_refund('ann', 1, clock_timestamp() + interval '1 minute')$$);
+-- a template's row changed: what its keys reserved before gives back to
+-- the key alone (pool:a keeps bo's 10, pool:b is given none); what they
+-- reserve after, up the new row; writing the same parent again keeps since
+SELECT tb_reset('pool:a'), tb_reset('pool:b');
+SELECT now() AS before_template \gset
+SELECT tb_acquire('member:a:bo', 10);
+SELECT tb_set_parent('member:*', 'pool:b');
+SELECT since AS template_since FROM tb_parents WHERE child = 'member:*' \gset
+SELECT round(tb_refund('member:a:bo', 10, :'before_template')::numeric, 2) AS bo;
+SELECT name, round(tokens::numeric, 2) AS tokens FROM tb_status
+WHERE name IN ('pool:a', 'pool:b', 'member:a:bo') ORDER BY name;
+SELECT now() AS after_template \gset
+SELECT tb_acquire('member:a:bo', 10);
+SELECT round(tb_refund('member:a:bo', 4, :'after_template')::numeric, 2) AS bo;
+SELECT name, round(tokens::numeric, 2) AS tokens FROM tb_status
+WHERE name IN ('pool:a', 'pool:b', 'member:a:bo') ORDER BY name;
+SELECT tb_set_parent('member:*', 'pool:b');
+SELECT since = :'template_since' AS since_kept FROM tb_parents WHERE child = 'member:*';
+DELETE FROM tb_parents WHERE child IN ('ann', 'mann', 'member:*', 'member:a:ann', 'team:b');
 
 -- who may: tb_parents is the owner's, like tb_buckets; tb_set_parent is
 -- not PUBLIC

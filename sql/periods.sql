@@ -134,6 +134,33 @@ SELECT c.call, r.code, r.message, r.hint FROM (VALUES
 	($$SELECT tb_period_start('1 day', '2025-01-01', repeat('x', 40), now())$$)
 ) AS c(call), pg_temp.catch(c.call) AS r;
 
+-- the extreme moments a timestamptz holds, as anchor and as moment (an
+-- anchor near the end and a moment near the start overflowed the period's
+-- index: XX000 before 1.9 was released): every helper answers, or refuses
+-- with a user's error; a row per helper and SQLSTATE, the answers counted
+SELECT f.helper, r.code, count(*) AS calls
+FROM (VALUES ('1 day'), ('7 days'), ('90 minutes'), ('1 month'), ('3 months')) AS p(period),
+	(VALUES ('4713-11-25 BC'), ('1900-01-01'), ('294276-12-30'), ('294276-12-31 23:00')) AS a(anchor),
+	(VALUES ('-infinity'), ('4713-11-24 00:00+00 BC'), ('1900-01-01 00:00+00'),
+		('294276-12-30 00:00+00'), ('294276-12-31 23:59:59+00'), ('infinity')) AS m(at),
+	LATERAL (VALUES
+		('tb_period_start', format('SELECT tb_period_start(%L, %L, ''UTC'', %L)', p.period, a.anchor, m.at)),
+		('tb_period_start n', format('SELECT tb_period_start(%L, %L, ''Europe/Berlin'', %L, -1)', p.period, a.anchor, m.at)),
+		('tb_tokens', format('SELECT tb_tokens(10, 10, 5, %L, %L, %L, %L, ''UTC'')', m.at, '2025-06-01', p.period, a.anchor)),
+		('tb_tokens back', format('SELECT tb_tokens(10, 10, 5, %L, %L, %L, %L, ''UTC'')', '2025-06-01', m.at, p.period, a.anchor)),
+		('tb_take', format('SELECT tb_take(10, 10, 5, %L, ''-infinity'', 1, %L, 0, %L, %L, ''UTC'')', '2025-06-01', m.at, p.period, a.anchor)),
+		('tb_full_at', format('SELECT tb_full_at(10, 10, 5, %L, %L, %L, ''UTC'')', m.at, p.period, a.anchor)),
+		('tb_ready_at', format('SELECT tb_ready_at(10, 10, 15, %L, %L, 1, %L, %L, %L, ''UTC'')', m.at, m.at, '2025-06-01', p.period, a.anchor))
+	) AS f(helper, call),
+	pg_temp.catch(f.call) AS r
+GROUP BY 1, 2 ORDER BY 1, 2;
+-- the call of the review: the period that moment falls in, far before the
+-- anchor, and the periods next to it
+SELECT tb_period_start('1 day', '294276-12-30', 'UTC', '1900-01-01 12:00+00') AS day_start,
+	tb_period_start('1 day', '294276-12-30', 'UTC', '1900-01-01 12:00+00', 1) AS next_day,
+	tb_period_start('90 minutes', '294276-12-30', 'UTC', '4713-11-24 01:00+00 BC') AS first_periods,
+	tb_period_start('90 minutes', '4713-11-24 BC', 'UTC', '294276-12-31 23:59+00') AS last_periods;
+
 --
 -- Quotas in the stores: tb_create_quota, then the functions every bucket
 -- has, at real now, the period's start moved by writing the row.
@@ -216,6 +243,30 @@ SELECT tb_take(b.capacity, b.refill_rate, b.capacity, s.p - interval '1 hour', '
 FROM tb_buckets AS b,
 	LATERAL (SELECT tb_period_start(b.period, b.period_anchor, b.time_zone, clock_timestamp(), 1) AS p) AS s
 WHERE b.name = 'day';
+
+-- a new key of a quota template that carries over starts with its budget
+-- (3), not what it may hold (8): a first call above the budget is refused,
+-- table and memory alike, by every function that takes (on main the
+-- table's answered XX000 "a new bucket did not grant a cost within its
+-- capacity"), and grants once the key has carried enough; above what it
+-- may hold, it is the error a bucket's capacity gives
+SELECT tb_create_quota('cuser:*', 3, '1 day', 'UTC', carry_max => 5),
+	tb_create_quota('mcuser:*', 3, '1 day', 'UTC', carry_max => 5, memory => true);
+SELECT t.kind, k.call, (SELECT granted FROM tb_try(t.kind || 'ann', 4)) AS try_4,
+	tb_acquire(t.kind || 'bob', 5) AS acquire_5,
+	tb_acquire_wait(t.kind || 'cy', 6, '10 ms') AS wait_6,
+	(SELECT granted FROM tb_try(t.kind || 'di', 2, 0.5)) AS try_2_reserve_half,
+	(SELECT granted FROM tb_try(t.kind || 'eve', 3)) AS try_3
+FROM (VALUES ('cuser:'), ('mcuser:')) AS t(kind), (VALUES ('first')) AS k(call);
+SELECT name, tokens, capacity, refill_rate FROM tb_status
+WHERE name ~ '^m?cuser:[a-z]' ORDER BY name;
+SELECT r.code, r.message FROM (VALUES ($$SELECT tb_acquire('cuser:fay', 9)$$),
+	($$SELECT tb_acquire('mcuser:fay', 9)$$)) AS c(call), pg_temp.catch(c.call) AS r;
+-- a day later the key carried its unused budget: 6 of 8
+UPDATE tb_buckets SET updated_at = updated_at - interval '1 day' WHERE name = 'cuser:ann';
+SELECT tokens FROM tb_status WHERE name = 'cuser:ann';
+SELECT granted, remaining FROM tb_try('cuser:ann', 5);
+SELECT tb_drop('cuser:*'), tb_drop('mcuser:*');
 
 -- a pause holds a quota as any bucket; tb_reset fills it and lifts it
 SELECT tb_pause('month', '1 hour');

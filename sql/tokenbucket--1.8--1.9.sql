@@ -266,6 +266,7 @@ COMMENT ON FUNCTION @extschema@.tb_check_parent(text, text) IS
 CREATE TABLE @extschema@.tb_parents (
 	child text PRIMARY KEY,
 	parent text NOT NULL,
+	since timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
 	CONSTRAINT tb_parents_check CHECK (@extschema@.tb_check_parent(child, parent))
 );
 
@@ -275,6 +276,8 @@ COMMENT ON COLUMN @extschema@.tb_parents.child IS
 	'a bucket''s name, or a template''s (ending in *) for each key it makes';
 COMMENT ON COLUMN @extschema@.tb_parents.parent IS
 	'the parent bucket''s name; for a template, {N} is the key''s N-th field after the prefix, {*} all of it';
+COMMENT ON COLUMN @extschema@.tb_parents.since IS
+	'when the row was written: a settle or refund gives back up it only for a reservation made since (-infinity: before every reservation)';
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.tb_parents', '');
 
@@ -292,6 +295,30 @@ CREATE TRIGGER tb_parents_changed
 	EXECUTE FUNCTION @extschema@.tb_parents_changed();
 
 REVOKE ALL ON FUNCTION @extschema@.tb_parents_changed() FROM PUBLIC;
+
+-- a row's since when an UPDATE changes its child or parent (and does not
+-- set since itself): the moment of the change, as an INSERT's default is
+CREATE FUNCTION @extschema@.tb_parents_since()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+BEGIN
+	IF (NEW.child, NEW.parent) IS DISTINCT FROM (OLD.child, OLD.parent) AND
+		NEW.since IS NOT DISTINCT FROM OLD.since THEN
+		NEW.since := pg_catalog.clock_timestamp();
+	END IF;
+	RETURN NEW;
+END $$;
+
+COMMENT ON FUNCTION @extschema@.tb_parents_since() IS
+	'the trigger of tb_parents that writes since when an UPDATE changes a row''s child or parent';
+
+CREATE TRIGGER tb_parents_since
+	BEFORE UPDATE ON @extschema@.tb_parents
+	FOR EACH ROW
+	EXECUTE FUNCTION @extschema@.tb_parents_since();
+
+REVOKE ALL ON FUNCTION @extschema@.tb_parents_since() FROM PUBLIC;
 
 -- tb_parents' row of a child written or, with a NULL parent, deleted; as
 -- its caller, who must be allowed to write tb_parents (the owner)
@@ -320,31 +347,42 @@ COMMENT ON FUNCTION @extschema@.tb_set_parent(text, text) IS
 
 REVOKE ALL ON FUNCTION @extschema@.tb_set_parent(text, text) FROM PUBLIC;
 
+-- tb_refund and tb_settle told when the reservation was made (now() of
+-- the transaction that reserved): they give back up each link of
+-- tb_parents written before it, and stop at the first written since (the
+-- reservation may have been charged to another parent).  Without it
+-- (the forms above, or NULL) to the bucket alone, but up links whose
+-- since is -infinity.  Not for PUBLIC, like the forms above.
+CREATE FUNCTION @extschema@.tb_refund(name text, tokens float8, reserved_at timestamptz)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_refund'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_refund(text, float8, timestamptz) IS
+	'give unused tokens of a reservation made at reserved_at back (capped at capacity), up the parents it was charged to; returns the tokens held';
+
+CREATE FUNCTION @extschema@.tb_settle(name text, reserved float8, used float8,
+	reserved_at timestamptz)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_settle'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_settle(text, float8, float8, timestamptz) IS
+	'settle a reservation made at reserved_at: refund reserved - used up the parents it was charged to, or take used - reserved more up every parent; returns the tokens held';
+
+REVOKE ALL ON FUNCTION @extschema@.tb_refund(text, float8, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_settle(text, float8, float8, timestamptz) FROM PUBLIC;
+
 --
 -- 1.9: tb_try and tb_peek end with denied_by, the bucket or parent that
--- refused.  Replacing a function drops the grants made on it, so they are
--- saved first, as the statements that give them again.
+-- refused.  Replacing a function drops the privileges on it, so each one's
+-- owner and ACL are saved first and given back exactly below.
 --
-WITH replaced (f) AS (VALUES
-	('@extschema@.tb_try(text, float8)'::pg_catalog.regprocedure),
-	('@extschema@.tb_try(text, float8, float8)'),
-	('@extschema@.tb_peek(text, float8)'),
-	('@extschema@.tb_peek(text, float8, float8)')),
-grants (step, stmt) AS (
-	SELECT 1, pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f.f)
-	FROM replaced AS f JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=) f.f
-	WHERE p.proacl IS NOT NULL
-	UNION ALL
-	SELECT 2, pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', f.f,
-		CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-			ELSE pg_catalog.quote_ident(r.rolname) END)
-	FROM replaced AS f JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=) f.f
-	CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS a
-	LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
-	WHERE a.grantee OPERATOR(pg_catalog.<>) p.proowner)
-SELECT pg_catalog.set_config('tokenbucket_upgrade.grants',
-	coalesce(pg_catalog.string_agg(stmt, E'\n' ORDER BY step), ''), false)
-FROM grants;
+SELECT pg_catalog.set_config('tokenbucket_upgrade.acls', coalesce(pg_catalog.string_agg(
+		pg_catalog.concat_ws(E'\t', f.f, p.proowner::pg_catalog.regrole, p.proacl), E'\n'), ''), true)
+FROM (VALUES ('@extschema@.tb_try(text, float8)'), ('@extschema@.tb_try(text, float8, float8)'),
+	('@extschema@.tb_peek(text, float8)'), ('@extschema@.tb_peek(text, float8, float8)')) AS f (f)
+JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=) f.f::pg_catalog.regprocedure;
 
 DROP FUNCTION @extschema@.tb_try(text, float8);
 DROP FUNCTION @extschema@.tb_try(text, float8, float8);
@@ -399,15 +437,44 @@ LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL RESTRICTED;
 COMMENT ON FUNCTION @extschema@.tb_peek(text, float8, float8) IS
 	'what tb_try with a reserve would answer now, without taking, locking or writing anything';
 
--- the grants saved above, given again to the replaced functions
+-- the owners and privileges saved above, given again to the replaced
+-- functions: from no privilege at all, each entry of the ACL in its order,
+-- granted by its grantor (a superuser's grant is the owner's), with its
+-- grant option; a function that had the default ACL (NULL) keeps it
 DO $$
 DECLARE
-	stmt text;
+	saved text;
+	f pg_catalog.regprocedure;
+	owner pg_catalog.regrole;
+	acl pg_catalog.aclitem[];
+	item record;
+	role text := pg_catalog.current_setting('role');
 BEGIN
-	FOREACH stmt IN ARRAY pg_catalog.string_to_array(
-		pg_catalog.current_setting('tokenbucket_upgrade.grants'), E'\n')
+	FOREACH saved IN ARRAY pg_catalog.string_to_array(
+		pg_catalog.current_setting('tokenbucket_upgrade.acls'), E'\n')
 	LOOP
-		EXECUTE stmt;
+		f := pg_catalog.split_part(saved, E'\t', 1);
+		owner := pg_catalog.split_part(saved, E'\t', 2);
+		acl := NULLIF(pg_catalog.split_part(saved, E'\t', 3), '');
+		EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %s', f, owner);
+		CONTINUE WHEN acl IS NULL;
+		EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC, %s', f, owner);
+		FOR item IN
+			SELECT a.grantor, a.is_grantable, g.rolname AS grantor_name,
+				CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+					ELSE pg_catalog.quote_ident(r.rolname) END AS grantee
+			FROM pg_catalog.aclexplode(acl) WITH ORDINALITY AS a
+			JOIN pg_catalog.pg_roles AS g ON g.oid OPERATOR(pg_catalog.=) a.grantor
+			LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+			ORDER BY a.ordinality
+		LOOP
+			IF item.grantor OPERATOR(pg_catalog.<>) owner THEN
+				PERFORM pg_catalog.set_config('role', item.grantor_name, true);
+			END IF;
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', f, item.grantee,
+				CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+			PERFORM pg_catalog.set_config('role', role, true);
+		END LOOP;
 	END LOOP;
 END $$;
 

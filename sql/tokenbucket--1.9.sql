@@ -1261,6 +1261,7 @@ COMMENT ON FUNCTION @extschema@.tb_check_parent(text, text) IS
 CREATE TABLE @extschema@.tb_parents (
 	child text PRIMARY KEY,
 	parent text NOT NULL,
+	since timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
 	CONSTRAINT tb_parents_check CHECK (@extschema@.tb_check_parent(child, parent))
 );
 
@@ -1270,6 +1271,8 @@ COMMENT ON COLUMN @extschema@.tb_parents.child IS
 	'a bucket''s name, or a template''s (ending in *) for each key it makes';
 COMMENT ON COLUMN @extschema@.tb_parents.parent IS
 	'the parent bucket''s name; for a template, {N} is the key''s N-th field after the prefix, {*} all of it';
+COMMENT ON COLUMN @extschema@.tb_parents.since IS
+	'when the row was written: a settle or refund gives back up it only for a reservation made since (-infinity: before every reservation)';
 
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.tb_parents', '');
 
@@ -1287,6 +1290,30 @@ CREATE TRIGGER tb_parents_changed
 	EXECUTE FUNCTION @extschema@.tb_parents_changed();
 
 REVOKE ALL ON FUNCTION @extschema@.tb_parents_changed() FROM PUBLIC;
+
+-- a row's since when an UPDATE changes its child or parent (and does not
+-- set since itself): the moment of the change, as an INSERT's default is
+CREATE FUNCTION @extschema@.tb_parents_since()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+BEGIN
+	IF (NEW.child, NEW.parent) IS DISTINCT FROM (OLD.child, OLD.parent) AND
+		NEW.since IS NOT DISTINCT FROM OLD.since THEN
+		NEW.since := pg_catalog.clock_timestamp();
+	END IF;
+	RETURN NEW;
+END $$;
+
+COMMENT ON FUNCTION @extschema@.tb_parents_since() IS
+	'the trigger of tb_parents that writes since when an UPDATE changes a row''s child or parent';
+
+CREATE TRIGGER tb_parents_since
+	BEFORE UPDATE ON @extschema@.tb_parents
+	FOR EACH ROW
+	EXECUTE FUNCTION @extschema@.tb_parents_since();
+
+REVOKE ALL ON FUNCTION @extschema@.tb_parents_since() FROM PUBLIC;
 
 -- tb_parents' row of a child written or, with a NULL parent, deleted; as
 -- its caller, who must be allowed to write tb_parents (the owner)
@@ -1314,6 +1341,32 @@ COMMENT ON FUNCTION @extschema@.tb_set_parent(text, text) IS
 	'give a bucket, or each key of a template, a parent charged with it (NULL: none)';
 
 REVOKE ALL ON FUNCTION @extschema@.tb_set_parent(text, text) FROM PUBLIC;
+
+-- tb_refund and tb_settle told when the reservation was made (now() of
+-- the transaction that reserved): they give back up each link of
+-- tb_parents written before it, and stop at the first written since (the
+-- reservation may have been charged to another parent).  Without it
+-- (the forms above, or NULL) to the bucket alone, but up links whose
+-- since is -infinity.  Not for PUBLIC, like the forms above.
+CREATE FUNCTION @extschema@.tb_refund(name text, tokens float8, reserved_at timestamptz)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_refund'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_refund(text, float8, timestamptz) IS
+	'give unused tokens of a reservation made at reserved_at back (capped at capacity), up the parents it was charged to; returns the tokens held';
+
+CREATE FUNCTION @extschema@.tb_settle(name text, reserved float8, used float8,
+	reserved_at timestamptz)
+RETURNS float8
+AS 'MODULE_PATHNAME', 'tb_settle'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_settle(text, float8, float8, timestamptz) IS
+	'settle a reservation made at reserved_at: refund reserved - used up the parents it was charged to, or take used - reserved more up every parent; returns the tokens held';
+
+REVOKE ALL ON FUNCTION @extschema@.tb_refund(text, float8, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_settle(text, float8, float8, timestamptz) FROM PUBLIC;
 
 -- 1.9: quotas over calendar periods.  A period bucket (a quota) gets its
 -- tokens back all at once at each period's start, by the calendar of a

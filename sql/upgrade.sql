@@ -1,8 +1,9 @@
 --
 -- upgrade: 1.0 updated to 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8 and then 1.9
 -- keeps its buckets and gives exactly the objects of a fresh install (which
--- runs tokenbucket--1.9.sql alone); grants made on the functions 1.2, 1.3
--- and 1.7 replace, and 1.8 alters, are kept.
+-- runs tokenbucket--1.9.sql alone); grants made on the functions 1.2, 1.3,
+-- 1.7 and 1.9 replace, and 1.8 alters, are kept (1.9's exactly: grant
+-- options, grantors and PUBLIC's).
 --
 -- buckets made under 1.0 (plain SQL: this library is 1.1's)
 CREATE EXTENSION tokenbucket VERSION '1.0';
@@ -58,9 +59,31 @@ SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
 
 -- under 1.8, a DBA let the role make buckets again and again
 GRANT EXECUTE ON FUNCTION tb_ensure(text, float8, float8, interval, boolean) TO regress_tb_upgrade_worker;
+-- and let it pass tb_try and tb_peek on (which 1.9 replaces), which it did
+-- to a second role; tb_peek with a reserve is no longer PUBLIC's
+CREATE ROLE regress_tb_upgrade_app;
+GRANT EXECUTE ON FUNCTION tb_try(text, float8) TO regress_tb_upgrade_worker WITH GRANT OPTION;
+GRANT EXECUTE ON FUNCTION tb_peek(text, float8) TO regress_tb_upgrade_worker WITH GRANT OPTION;
+REVOKE EXECUTE ON FUNCTION tb_peek(text, float8, float8) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION tb_peek(text, float8, float8) TO regress_tb_upgrade_app;
+SET ROLE regress_tb_upgrade_worker;
+GRANT EXECUTE ON FUNCTION tb_try(text, float8) TO regress_tb_upgrade_app;
+GRANT EXECUTE ON FUNCTION tb_peek(text, float8) TO regress_tb_upgrade_app WITH GRANT OPTION;
+RESET ROLE;
+CREATE TEMP TABLE acls_before AS
+SELECT p.oid::regprocedure::text AS function, p.proowner, p.proacl::text AS acl
+FROM pg_proc p WHERE p.proname IN ('tb_try', 'tb_peek');
 
 ALTER EXTENSION tokenbucket UPDATE TO '1.9';
 SELECT extversion FROM pg_extension WHERE extname = 'tokenbucket';
+-- tb_try and tb_peek keep their owner and every privilege, grant options,
+-- grantors and PUBLIC's included
+SELECT b.function, b.acl AS before, p.acl AS after
+FROM acls_before b
+LEFT JOIN (SELECT oid::regprocedure::text AS function, proowner, proacl::text AS acl FROM pg_proc) p
+	ON p.function = b.function
+WHERE p.proowner IS DISTINCT FROM b.proowner OR p.acl IS DISTINCT FROM b.acl;
+SELECT count(*) FROM acls_before WHERE acl LIKE '%regress_tb_upgrade_worker=X*/%';
 SELECT tb_acquire('kept', 5), tb_acquire('half', 2), tb_acquire('half');
 SELECT tb_acquire_all('{kept,half}'), round(tb_refund('kept', 1)::numeric, 2);
 -- the buckets made before the update are counted like new ones
@@ -168,7 +191,7 @@ BEGIN
 END $$;
 
 -- (the grants made above are the DBA's, not the install's)
-REVOKE EXECUTE ON FUNCTION tb_try(text, float8) FROM regress_tb_upgrade_worker;
+REVOKE EXECUTE ON FUNCTION tb_try(text, float8) FROM regress_tb_upgrade_worker CASCADE;
 REVOKE EXECUTE ON FUNCTION tb_pause_until(text, timestamptz) FROM regress_tb_upgrade_worker;
 REVOKE EXECUTE ON FUNCTION tb_create(text, float8, float8, interval, boolean) FROM regress_tb_upgrade_worker;
 REVOKE EXECUTE ON FUNCTION tb_create_limit(text, integer, boolean) FROM regress_tb_upgrade_worker;
@@ -176,6 +199,9 @@ REVOKE EXECUTE ON FUNCTION tb_memory_leases() FROM regress_tb_upgrade_worker;
 REVOKE SELECT ON tb_leases FROM regress_tb_upgrade_worker;
 REVOKE EXECUTE ON FUNCTION tb_lease(text, integer, text, interval, float8) FROM regress_tb_upgrade_worker;
 REVOKE EXECUTE ON FUNCTION tb_settle(text, float8, float8) FROM regress_tb_upgrade_worker;
+REVOKE EXECUTE ON FUNCTION tb_peek(text, float8) FROM regress_tb_upgrade_worker CASCADE;
+REVOKE EXECUTE ON FUNCTION tb_peek(text, float8, float8) FROM regress_tb_upgrade_app;
+GRANT EXECUTE ON FUNCTION tb_peek(text, float8, float8) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION tb_try(text, float8) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION tb_lease(text, integer, text, interval, float8) TO PUBLIC;
 CREATE TEMP TABLE upgraded AS SELECT * FROM pg_temp.objects() AS o(object);
@@ -214,7 +240,7 @@ SELECT pg_temp.differences() AS from_1_7;
 DROP EXTENSION tokenbucket;
 CREATE EXTENSION tokenbucket;
 
-DROP ROLE regress_tb_upgrade_worker;
+DROP ROLE regress_tb_upgrade_worker, regress_tb_upgrade_app;
 
 -- a library newer than the SQL objects says what to do
 DROP EXTENSION tokenbucket;

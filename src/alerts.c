@@ -3,8 +3,9 @@
  * alerts.c
  *	  Alerts at a share of a quota's budget: the DBA's thresholds
  *	  (tb_alerts, tb_set_alerts), and the event a charge that reaches one
- *	  writes into tb_alert_events and sends with NOTIFY tb_alerts, once per
- *	  quota, period and threshold, in the charge's own transaction.
+ *	  writes into tb_alert_events, once per quota, period and threshold,
+ *	  in the charge's own transaction, and sends with NOTIFY tb_alerts as
+ *	  that transaction commits.
  *
  * A threshold is a level: t is reached when a quota holds (1 - t) x its
  * budget (refill_rate, what each period's start adds) or less, however it
@@ -17,7 +18,17 @@
  * back), and a rolled-back charge leaves nothing, NOTIFY included.  Not
  * the crossing charge alone: a memory quota's charge takes effect at once,
  * so the charge that crossed may roll back after others have charged
- * below the level; the next charge there writes the event.
+ * below the level; the next charge there writes the event.  A charge
+ * waiting for another transaction's event is bounded as a wait for a
+ * bucket's row is (held.c), and that transaction noted as holding it.
+ *
+ * The NOTIFY is queued only as the transaction commits (alerts_pre_commit),
+ * not with the event: PostgreSQL refuses to PREPARE a transaction that
+ * queued one, and a charge cannot know whether its transaction will be
+ * prepared.  A prepared transaction's events are sent by no NOTIFY: they
+ * are in tb_alert_events once COMMIT PREPARED commits them, where a
+ * consumer that reads every id above the last it handled (at each
+ * notification and every so often, as tokenbucket.alerts does) finds them.
  *
  * Two per-backend caches keep a quota without alerts at today's cost:
  *   - the thresholds of the installation, read again when the shared
@@ -37,6 +48,7 @@
 #include "alerts.h"
 #include "bucket_config.h"
 #include "catalog/pg_type.h"
+#include "commands/async.h"
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "port/atomics.h"
@@ -101,6 +113,16 @@ static int	known_uncommitted = 0;	/* slots with a subid */
 /* this transaction wrote tb_alerts */
 static bool changed_here = false;
 
+/* An event this transaction wrote, to send as it commits. */
+typedef struct PendingNotify
+{
+	char	   *payload;		/* the event as JSON */
+	SubTransactionId subid;		/* the level that wrote it */
+} PendingNotify;
+
+/* the events to send, in TopTransactionContext (NIL: none) */
+static List *pending = NIL;
+
 /* the thresholds, each bucket's in order */
 static KeptPlan rules_plan = {
 	.sql = "SELECT a.bucket, pg_catalog.array_agg(a.threshold ORDER BY a.threshold)"
@@ -108,19 +130,23 @@ static KeptPlan rules_plan = {
 	.nargs = 0
 };
 
-/* an event, and its NOTIFY, unless it is there */
+/*
+ * an event unless it is there, and the payload of its NOTIFY; a wait for
+ * another transaction's event of the key is bounded and reported as one
+ * for the quota's row
+ */
 static KeptPlan event_plan = {
-	.sql = "WITH e AS (INSERT INTO %1$s.tb_alert_events AS e"
+	.sql = "INSERT INTO %1$s.tb_alert_events AS e"
 	" (bucket, threshold, period_start, period_end, budget, remaining)"
 	" VALUES ($1, $2, $3, $4, $5, $6)"
 	" ON CONFLICT (bucket, period_start, threshold) DO NOTHING"
-	" RETURNING e.id, e.bucket, e.threshold, e.period_start, e.period_end, e.remaining)"
-	" SELECT pg_catalog.pg_notify('tb_alerts', CAST(pg_catalog.json_build_object("
+	" RETURNING CAST(pg_catalog.json_build_object("
 	"'id', e.id, 'bucket', e.bucket, 'threshold', e.threshold,"
 	" 'period_start', e.period_start, 'period_end', e.period_end,"
-	" 'remaining', e.remaining) AS pg_catalog.text)) FROM e",
+	" 'remaining', e.remaining) AS pg_catalog.text)",
 	.nargs = 6,
-	.argtypes = {TEXTOID, FLOAT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, FLOAT8OID, FLOAT8OID}
+	.argtypes = {TEXTOID, FLOAT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, FLOAT8OID, FLOAT8OID},
+	.holds = HELD_BUCKET
 };
 
 /* tb_set_alerts(): a bucket's thresholds replaced */
@@ -356,7 +382,8 @@ known_add(Oid relid, const char *name, int len, TimestampTz period_start,
 
 /*
  * Write the event of "threshold" for quota "name" in the period
- * [start, end), unless it is there (then it is known from now on).
+ * [start, end), unless it is there (then it is known from now on); one
+ * written is sent as the transaction commits.
  */
 static void
 write_event(AlertCall *call, text *name, double threshold, TimestampTz start,
@@ -372,7 +399,16 @@ write_event(AlertCall *call, text *name, double threshold, TimestampTz start,
 	args[5] = Float8GetDatum(remaining);
 	call_session(call);
 	if (plan_run(&event_plan, call->relid, args, NULL) > 0)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+		PendingNotify *notify = palloc(sizeof(PendingNotify));
+
+		notify->payload = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		notify->subid = GetCurrentSubTransactionId();
+		pending = lappend(pending, notify);
+		MemoryContextSwitchTo(old);
 		SPI_freetuptable(SPI_tuptable);
+	}
 	known_add(call->relid, VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name), start,
 			  threshold);
 }
@@ -565,13 +601,29 @@ alerts_unpreparable(void)
 }
 
 /*
+ * xact.c: a transaction about to commit (not to be prepared) sends the
+ * events it wrote.
+ */
+void
+alerts_pre_commit(void)
+{
+	ListCell   *cell;
+
+	foreach(cell, pending)
+		Async_Notify("tb_alerts", ((PendingNotify *) lfirst(cell))->payload);
+	pending = NIL;
+}
+
+/*
  * xact.c: the transaction's end.  Committed: the events it learnt are
  * committed ones, and a change of thresholds reaches every backend.
  * Aborted (or prepared, which may yet roll back): they are forgotten.
+ * Whatever is still to send goes with TopTransactionContext.
  */
 void
 alerts_xact_end(bool commit)
 {
+	pending = NIL;
 	for (int i = 0; i < KNOWN_SLOTS && known_uncommitted > 0; i++)
 		if (known[i].subid != 0)
 		{
@@ -599,6 +651,19 @@ void
 alerts_subxact_end(SubTransactionId mySubid, SubTransactionId parentSubid,
 				   bool commit)
 {
+	ListCell   *cell;
+
+	foreach(cell, pending)
+	{
+		PendingNotify *notify = lfirst(cell);
+
+		if (notify->subid < mySubid)
+			continue;
+		if (commit)
+			notify->subid = parentSubid;
+		else
+			pending = foreach_delete_current(pending, cell);
+	}
 	for (int i = 0; i < KNOWN_SLOTS && known_uncommitted > 0; i++)
 		if (known[i].subid >= mySubid)
 		{

@@ -3,8 +3,8 @@
  * alerts.h
  *	  Alerts at a share of a quota's budget: after a charge, the event of
  *	  each threshold the quota has reached in its period, written once
- *	  (tb_alert_events) and sent (NOTIFY tb_alerts) in the charge's own
- *	  transaction.
+ *	  (tb_alert_events) in the charge's own transaction, and sent (NOTIFY
+ *	  tb_alerts) as it commits.
  *
  * src/alerts.h
  *
@@ -25,6 +25,7 @@ extern void alerts_after_charge(Installation *inst, text *name,
 
 /* xact.c: the ends of transactions */
 extern const char *alerts_unpreparable(void);
+extern void alerts_pre_commit(void);
 extern void alerts_xact_end(bool commit);
 extern void alerts_subxact_end(SubTransactionId mySubid,
 							   SubTransactionId parentSubid, bool commit);

@@ -97,7 +97,7 @@ static KeptPlan read_plan = {
 /* The longest template prefix of $1; the partial index holds templates. */
 static KeptPlan template_plan = {
 	.sql = "SELECT capacity, refill_rate, pg_catalog.octet_length(name), memory, xmin,"
-	" period, period_anchor, time_zone FROM %1$s.tb_buckets"
+	" period, period_anchor, time_zone, deficit, updated_at FROM %1$s.tb_buckets"
 	" WHERE name OPERATOR(pg_catalog.~~) '%%*'"
 	" AND pg_catalog.starts_with($1, pg_catalog.left(name, -1))"
 	" ORDER BY pg_catalog.octet_length(name) DESC LIMIT 1",
@@ -122,11 +122,18 @@ static KeptPlan insert_plan = {
 	.holds = HELD_BUCKET
 };
 
-/* New settings for a memory bucket's or template's row (NULL keeps one). */
+/*
+ * New settings for a memory bucket's or template's row (NULL keeps one);
+ * a row that says empty (a restored quota's: bucket_config_no_fuller())
+ * says so still, from the same moment.
+ */
 static KeptPlan memory_settings_plan = {
 	.sql = "UPDATE %1$s.tb_buckets"
 	" SET capacity = coalesce($2, capacity), refill_rate = coalesce($3, refill_rate),"
-	" updated_at = GREATEST(updated_at, $4)"
+	" deficit = CASE WHEN deficit OPERATOR(pg_catalog.>=) capacity"
+	" THEN coalesce($2, capacity) ELSE deficit END,"
+	" updated_at = CASE WHEN deficit OPERATOR(pg_catalog.>=) capacity THEN updated_at"
+	" ELSE GREATEST(updated_at, $4) END"
 	" WHERE name OPERATOR(pg_catalog.=) $1 AND memory",
 	.nargs = 4, .argtypes = {TEXTOID, FLOAT8OID, FLOAT8OID, TIMESTAMPTZOID},
 	.holds = HELD_BUCKET
@@ -160,31 +167,56 @@ static KeptPlan memory_delete_plan = {
 };
 
 /*
+ * Lower "bucket" at "now" to what the row "row" (its own, or its
+ * template's, with the row's state) says a memory quota holds at most
+ * then.  A memory quota's row says nothing (it holds a period's tokens
+ * or more), unless it says empty (deficit at least capacity): a row
+ * restored from a dump is written so (bucket_config_check_row()), empty
+ * at the restore until its next period's start.  A continuous bucket's
+ * row says nothing.
+ */
+void
+bucket_config_no_fuller(Bucket *bucket, const Bucket *row, TimestampTz now)
+{
+	double		most;
+
+	if (!BUCKET_PERIODIC(row) || row->deficit < row->capacity)
+		return;
+	most = fmax(0.0, bucket_tokens_at(row, now));
+	if (bucket_tokens_at(bucket, now) > most)
+		bucket_lower_to(bucket, most, now);
+}
+
+/*
  * A name's configuration from its template (of "len" bytes, its '*'
- * included): the new bucket it makes at "now" (full; a quota: with a
- * period's tokens, bucket_initial_deficit()).
+ * included; "row" its settings and state, its period not interned): the
+ * new bucket it makes at "now" (full; a quota: with a period's tokens,
+ * bucket_initial_deficit(); a memory quota no fuller than the template's
+ * row says).
  */
 static void
-template_config(BucketConfig *config, double capacity, double refill_rate,
-				const BucketPeriod *period, int len, bool memory, bool mine,
-				TimestampTz now)
+template_config(BucketConfig *config, const Bucket *row, int len, bool memory,
+				bool mine, TimestampTz now)
 {
+	Bucket		settings = *row;
+
+	settings.period = period_intern(row->period);
 	config->source = CONFIG_TEMPLATE;
 	config->memory = memory;
-	config->bucket.capacity = capacity;
-	config->bucket.refill_rate = refill_rate;
-	config->bucket.period = period_intern(period);
-	config->bucket.deficit = bucket_initial_deficit(&config->bucket);
+	config->bucket = settings;
+	config->bucket.deficit = bucket_initial_deficit(&settings);
 	config->bucket.updated_at = now;
 	config->bucket.paused_until = DT_NOBEGIN;
+	if (memory)
+		bucket_config_no_fuller(&config->bucket, &settings, now);
 	config->template_len = len;
 	config->mine = mine;
 }
 
 /* Every template, for the copy below; the partial index holds them. */
 static KeptPlan templates_plan = {
-	.sql = "SELECT name, capacity, refill_rate, memory, period, period_anchor, time_zone"
-	" FROM %1$s.tb_buckets"
+	.sql = "SELECT name, capacity, refill_rate, memory, period, period_anchor, time_zone,"
+	" deficit, updated_at FROM %1$s.tb_buckets"
 	" WHERE name OPERATOR(pg_catalog.~~) '%%*'",
 	.nargs = 0
 };
@@ -208,8 +240,8 @@ typedef struct CopiedTemplate
 {
 	char	   *prefix;			/* the template's name without its '*' */
 	int			len;
-	double		capacity;
-	double		refill_rate;
+	Bucket		row;			/* its settings and state; row.period is
+								 * &period */
 	bool		memory;
 	BucketPeriod period;
 } CopiedTemplate;
@@ -268,10 +300,14 @@ template_copy_current(Oid relid, uint64 generation)
 
 			t->len = VARSIZE_ANY_EXHDR(name) - 1;
 			t->prefix = pnstrdup(VARDATA_ANY(name), t->len);
-			t->capacity = DatumGetFloat8(SPI_getbinval(tuple, desc, 2, &isnull));
-			t->refill_rate = DatumGetFloat8(SPI_getbinval(tuple, desc, 3, &isnull));
+			t->row.capacity = DatumGetFloat8(SPI_getbinval(tuple, desc, 2, &isnull));
+			t->row.refill_rate = DatumGetFloat8(SPI_getbinval(tuple, desc, 3, &isnull));
 			t->memory = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
 			read_period(tuple, desc, 5, &t->period);
+			t->row.period = &t->period;
+			t->row.paused_until = DT_NOBEGIN;
+			t->row.deficit = DatumGetFloat8(SPI_getbinval(tuple, desc, 8, &isnull));
+			t->row.updated_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 9, &isnull));
 			template_copy.memory_count += t->memory ? 1 : 0;
 		}
 		MemoryContextSwitchTo(old);
@@ -332,8 +368,7 @@ bucket_config_memory_template(Oid relid, text *name, TimestampTz now,
 	}
 	if (best == NULL || !best->memory)
 		return false;
-	template_config(config, best->capacity, best->refill_rate, &best->period,
-					best->len + 1, true, false, now);
+	template_config(config, &best->row, best->len + 1, true, false, now);
 	return true;
 }
 
@@ -356,6 +391,7 @@ bucket_config_find(Oid relid, text *name, TimestampTz now, bool latest,
 	bool		isnull;
 	Datum		template_len;
 	BucketPeriod period;
+	Bucket		row;
 
 	if (run(&read_plan, relid, args, latest) == 1)
 	{
@@ -378,10 +414,13 @@ bucket_config_find(Oid relid, text *name, TimestampTz now, bool latest,
 	tuple = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
 	read_period(tuple, desc, 6, &period);
-	template_config(config,
-					DatumGetFloat8(SPI_getbinval(tuple, desc, 1, &isnull)),
-					DatumGetFloat8(SPI_getbinval(tuple, desc, 2, &isnull)),
-					&period,
+	row.capacity = DatumGetFloat8(SPI_getbinval(tuple, desc, 1, &isnull));
+	row.refill_rate = DatumGetFloat8(SPI_getbinval(tuple, desc, 2, &isnull));
+	row.deficit = DatumGetFloat8(SPI_getbinval(tuple, desc, 9, &isnull));
+	row.updated_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 10, &isnull));
+	row.paused_until = DT_NOBEGIN;
+	row.period = &period;
+	template_config(config, &row,
 					DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull)),
 					DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull)),
 					TransactionIdIsCurrentTransactionId(
@@ -482,6 +521,7 @@ bucket_config_delete_memory(Oid relid, text *name)
 
 static void check_period(TriggerData *trigdata, HeapTuple row, double capacity,
 						 double refill_rate);
+static HeapTuple restored_row(TriggerData *trigdata, HeapTuple row, Datum capacity);
 
 /*
  * The check of a row written into tb_buckets, for its triggers (the row,
@@ -489,7 +529,8 @@ static void check_period(TriggerData *trigdata, HeapTuple row, double capacity,
  * which its CHECK constraint ran on every row version before 1.9.
  * A grant's UPDATE does not fire it (its C code checks what it writes).
  * A NULL in one of them is left to the column's NOT NULL constraint,
- * which PostgreSQL checks after a BEFORE trigger.
+ * which PostgreSQL checks after a BEFORE trigger.  A memory quota's row
+ * restored is returned empty (restored_row()).
  */
 HeapTuple
 bucket_config_check_row(TriggerData *trigdata)
@@ -514,7 +555,40 @@ bucket_config_check_row(TriggerData *trigdata)
 	(void) DirectFunctionCall5(tb_check_bucket, values[0], values[1], values[2],
 							   values[3], values[4]);
 	check_period(trigdata, row, DatumGetFloat8(values[1]), DatumGetFloat8(values[2]));
+	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) &&
+		DatumGetTimestampTz(values[4]) < GetCurrentTransactionStartTimestamp())
+		row = restored_row(trigdata, row, values[1]);
 	return row;
+}
+
+/*
+ * A row inserted with an updated_at older than its transaction came from
+ * elsewhere (a dump restored, or rows copied): a memory quota's is written
+ * empty now, so that it and its template's keys start their current
+ * period spent (bucket_config_no_fuller()).  The server it came from may
+ * have granted that period's budget already, and its memory state is in
+ * no dump.  tb_create_quota, and an INSERT that leaves updated_at to its
+ * default, write a later one.  Other rows are kept as they are.
+ */
+static HeapTuple
+restored_row(TriggerData *trigdata, HeapTuple row, Datum capacity)
+{
+	TupleDesc	desc = RelationGetDescr(trigdata->tg_relation);
+	int			columns[2] = {SPI_fnumber(desc, "deficit"), SPI_fnumber(desc, "updated_at")};
+	Datum		values[2] = {capacity, TimestampTzGetDatum(GetCurrentTimestamp())};
+	bool		isnull[2] = {false, false};
+	int			memory = SPI_fnumber(desc, "memory");
+	int			period = SPI_fnumber(desc, "period");
+	bool		continuous = true;
+	bool		null;
+
+	if (memory <= 0 || period <= 0 ||
+		!DatumGetBool(heap_getattr(row, memory, desc, &null)))
+		return row;
+	(void) heap_getattr(row, period, desc, &continuous);
+	if (continuous)
+		return row;
+	return heap_modify_tuple_by_cols(row, desc, 2, columns, values, isnull);
 }
 
 /*
@@ -592,8 +666,8 @@ check_period(TriggerData *trigdata, HeapTuple row, double capacity,
 }
 
 /*
- * The settings of a row of tb_buckets "desc", as the new bucket they make:
- * full, or a quota holding a period's tokens (bucket_initial_deficit()).
+ * The settings of a row of tb_buckets "desc", and its state (a memory
+ * bucket's: what bucket_config_no_fuller() reads).
  */
 void
 bucket_config_row_settings(HeapTuple row, TupleDesc desc, Bucket *settings)
@@ -611,7 +685,9 @@ bucket_config_row_settings(HeapTuple row, TupleDesc desc, Bucket *settings)
 	row_period(row, desc, values, isnull);
 	period_from_datums(&period, values, isnull);
 	settings->period = period_intern(&period);
-	settings->deficit = bucket_initial_deficit(settings);
-	settings->updated_at = GetCurrentTimestamp();
+	settings->deficit = DatumGetFloat8(heap_getattr(row, SPI_fnumber(desc, "deficit"),
+													desc, &null));
+	settings->updated_at = DatumGetTimestampTz(heap_getattr(row, SPI_fnumber(desc, "updated_at"),
+															desc, &null));
 	settings->paused_until = DT_NOBEGIN;
 }

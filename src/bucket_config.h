@@ -31,7 +31,8 @@ typedef struct BucketConfig
 	ConfigSource source;
 	bool		memory;			/* its tokens live in the memory store */
 	Bucket		bucket;			/* its row's state, or the full bucket its
-								 * template makes */
+								 * template makes (a memory quota's no
+								 * fuller than the template's row says) */
 	int			template_len;	/* the length of its template's name, 0: none */
 	bool		mine;			/* written by this transaction, uncommitted */
 } BucketConfig;
@@ -48,6 +49,8 @@ extern bool bucket_config_insert_state(Oid relid, text *name,
 									   const Bucket *state, bool memory);
 extern void bucket_config_row_settings(HeapTuple row, TupleDesc desc,
 									   Bucket *settings);
+extern void bucket_config_no_fuller(Bucket *bucket, const Bucket *row,
+									TimestampTz now);
 extern bool bucket_config_set_memory(Oid relid, text *name, double capacity,
 									 double refill_rate, TimestampTz now);
 extern void bucket_config_set_period(Oid relid, text *name,

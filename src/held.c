@@ -26,7 +26,10 @@
  * Only the backend writes its slot, under the slot's spinlock; readers (a
  * caller that waited too long, the tb_held view) take the same spinlock.
  * A row held otherwise (a statement on the table itself, a prepared
- * transaction) has no note: the error says so.  Without the library
+ * transaction) has no note: the error says so.  A lock on a whole table
+ * of tokenbucket's (a deploy's TRUNCATE tb_parents, a LOCK TABLE
+ * tb_buckets) is waited for within the same bound, and its error names
+ * the table and the holders the lock manager shows (held_report_table).  Without the library
  * preloaded there are no slots: the bound holds all the same.
  *
  * src/held.c
@@ -46,11 +49,14 @@
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "shmem.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
 #include "storage/proc.h"
 #include "storage/spin.h"
 #include "utils/backend_status.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 /* names one transaction's note keeps; it counts those past them */
@@ -387,6 +393,114 @@ held_report_locked(HeldBound *bound, HeldKind kind, Oid relid, text *name,
 					kind == HELD_LIMIT ? "limit" : "bucket", quoted),
 			 errdetail("%s", detail.data),
 			 errhint("Commit or roll back right after a call that takes tokens (autocommit does), unless the grant must be part of a larger transaction; to wait longer for such transactions, raise tokenbucket.row_lock_timeout.")));
+}
+
+/*
+ * Append to "detail" who holds a lock on table "table" that conflicts
+ * with "mode": at most HELD_NAMED holders, from the lock manager, each
+ * read from its live status entry.  Returns how many were named.
+ */
+static int
+describe_table_holders(StringInfo detail, Oid table, LOCKMODE mode)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	LOCKTAG		tag;
+	LOCKMASK	conflicts;
+	LockData   *data = GetLockStatusData();
+	int			named = 0;
+
+	SET_LOCKTAG_RELATION(tag, MyDatabaseId, table);
+	conflicts = GetLockTagsMethodTable(&tag)->conflictTab[mode];
+	for (int i = 0; i < data->nelements && named < HELD_NAMED; i++)
+	{
+		LockInstanceData *lock = &data->locks[i];
+		LOCKMASK	held = lock->holdMask & conflicts;
+		LOCKMODE	strongest = MaxLockMode;
+		BackendLook look;
+		int			index;
+
+		if (held == 0 || lock->pid == MyProcPid ||
+			lock->locktag.locktag_type != LOCKTAG_RELATION ||
+			lock->locktag.locktag_field1 != MyDatabaseId ||
+			lock->locktag.locktag_field2 != table)
+			continue;
+		while (!(held & LOCKBIT_ON(strongest)))
+			strongest--;
+		appendStringInfoString(detail, named == 0 ? "" : "; ");
+		index = lock->pid == 0 ? -1 : backend_index(lock->pid);
+		if (index >= 0 && backend_look(index, &look) && look.pid == lock->pid)
+			appendStringInfo(detail, "Process %d (application \"%s\", %s for %.1f s) holds %s on it",
+							 lock->pid, look.appname, state_text(look.state),
+							 seconds_between(look.state_start, now),
+							 GetLockmodeName(DEFAULT_LOCKMETHOD, strongest));
+		else if (lock->pid == 0)
+			appendStringInfo(detail, "A prepared transaction holds %s on it",
+							 GetLockmodeName(DEFAULT_LOCKMETHOD, strongest));
+		else
+			appendStringInfo(detail, "Process %d holds %s on it", lock->pid,
+							 GetLockmodeName(DEFAULT_LOCKMETHOD, strongest));
+		named++;
+	}
+	return named;
+}
+
+/*
+ * In a PG_CATCH block of a statement that "bound" bounded and that locks
+ * table "table" in "mode": if the error is a lock timeout and another
+ * transaction holds a lock on the whole table that conflicts, replace it
+ * with one that names the table and the holders; otherwise return, for
+ * the caller to go on.  "context" as for held_report_locked().
+ */
+void
+held_report_table(HeldBound *bound, Oid table, LOCKMODE mode, MemoryContext context)
+{
+	StringInfoData detail;
+	char	   *relname;
+
+	if (geterrcode() != ERRCODE_LOCK_NOT_AVAILABLE)
+		return;
+	MemoryContextSwitchTo(context);
+	initStringInfo(&detail);
+	if (describe_table_holders(&detail, table, mode) == 0)
+		return;
+	FlushErrorState();
+	relname = get_rel_name(table);
+	appendStringInfo(&detail, "; this call waited %d ms for it (%s).",
+					 bound->timeout_ms, bound->setting);
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("table \"%s\" is locked by another transaction",
+					relname ? relname : "(dropped)"),
+			 errdetail("%s", detail.data),
+			 errhint("Commit or roll back the transaction that locked the whole table (a TRUNCATE, LOCK TABLE or ALTER TABLE) soon: each call waits for it at most tokenbucket.row_lock_timeout.")));
+}
+
+/*
+ * Lock table "table" in "mode", as opening it would, waiting for another
+ * transaction's lock on it at most the bound (held_bound_begin()), then
+ * 55P03 naming the holder.  At once when it is free.
+ */
+void
+held_lock_table(Oid table, LOCKMODE mode)
+{
+	MemoryContext context = CurrentMemoryContext;
+	HeldBound	bound;
+
+	if (ConditionalLockRelationOid(table, mode))
+		return;
+	held_bound_begin(&bound);
+	PG_TRY();
+	{
+		LockRelationOid(table, mode);
+	}
+	PG_CATCH();
+	{
+		held_bound_end(&bound);
+		held_report_table(&bound, table, mode, context);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	held_bound_end(&bound);
 }
 
 PG_FUNCTION_INFO_V1(tb_held_rows);

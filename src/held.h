@@ -14,6 +14,8 @@
 
 #include "postgres.h"
 
+#include "storage/lockdefs.h"
+
 /* What a statement's first argument names, for held_note(). */
 typedef enum HeldKind
 {
@@ -34,6 +36,9 @@ extern void held_bound_begin(HeldBound *bound);
 extern void held_bound_end(HeldBound *bound);
 extern void held_report_locked(HeldBound *bound, HeldKind kind, Oid relid,
 							   text *name, MemoryContext context);
+extern void held_report_table(HeldBound *bound, Oid table, LOCKMODE mode,
+							  MemoryContext context);
+extern void held_lock_table(Oid table, LOCKMODE mode);
 extern void held_note(HeldKind kind, Oid relid, text *name);
 
 /* the bound a waiting function's own timeout sets (wait.c) */

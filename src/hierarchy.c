@@ -12,7 +12,11 @@
  * prefix over a shorter one, as with the buckets' templates.  A call on a
  * bucket is a call on it and on every ancestor, with the same cost: the
  * entry points add them (hierarchy_expand()) before the router takes
- * every request all or nothing, as tb_acquire_all does.
+ * every request all or nothing, as tb_acquire_all does.  What a settle or
+ * refund gives back goes up a row of tb_parents only for a reservation
+ * made since the row was written (its since; hierarchy_given_back()): a
+ * reservation is a name and an amount, and the parent it was charged to
+ * may have changed since.
  *
  * Each backend keeps a copy of tb_parents, read whole on first use and
  * again after a change: the trigger on tb_parents invalidates the
@@ -38,6 +42,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/timestamp.h"
 
 /* A row of tb_parents. */
 typedef struct ParentRule
@@ -46,6 +51,7 @@ typedef struct ParentRule
 	int			child_len;
 	text	   *parent;			/* the parent's name, or for a template its
 								 * pattern */
+	TimestampTz since;			/* when the row was written */
 } ParentRule;
 
 /* This backend's copy of an installation's tb_parents. */
@@ -64,7 +70,7 @@ static struct
 }			parents;
 
 static KeptPlan parents_plan = {
-	.sql = "SELECT child, parent FROM %1$s.tb_parents",
+	.sql = "SELECT child, parent, since FROM %1$s.tb_parents",
 	.nargs = 0
 };
 
@@ -154,6 +160,7 @@ parents_load(Installation *inst, Oid relid)
 		rule->child_len = VARSIZE_ANY_EXHDR(child) - (template ? 1 : 0);
 		rule->child = pnstrdup(VARDATA_ANY(child), rule->child_len);
 		rule->parent = (text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(parent));
+		rule->since = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 3, &isnull));
 	}
 	MemoryContextSwitchTo(old);
 	parents.ntemplates = ntemplates;
@@ -276,22 +283,31 @@ parent_from_template(const ParentRule *rule, const char *name, int len)
 	return (text *) buf.data;
 }
 
-/* The parent of bucket "name" by the copy of tb_parents, or NULL. */
+/*
+ * The parent of bucket "name" by the copy of tb_parents, or NULL; in
+ * *since when its row was written.
+ */
 static text *
-parent_of(text *name)
+parent_of(text *name, TimestampTz *since)
 {
-	ParentRule	key = {VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name), NULL};
+	ParentRule	key = {VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name), NULL, 0};
 	ParentRule *rule = bsearch(&key, parents.named, parents.nnamed,
 							   sizeof(ParentRule), rule_cmp);
 
 	if (rule != NULL)
+	{
+		*since = rule->since;
 		return rule->parent;
+	}
 	for (int i = 0; i < parents.ntemplates; i++)
 	{
 		rule = &parents.templates[i];
 		if (key.child_len >= rule->child_len &&
 			memcmp(key.child, rule->child, rule->child_len) == 0)
+		{
+			*since = rule->since;
 			return parent_from_template(rule, key.child, key.child_len);
+		}
 	}
 	return NULL;
 }
@@ -320,15 +336,17 @@ chain_text(text *name, text **chain, int n)
 /*
  * Put the ancestors of bucket "name" in chain[], its parent first, and
  * return how many; "below" levels are under "name" already (a template's
- * keys under its parent).  Fails on a parent that is no bucket's name, a
- * cycle, or more than HIERARCHY_MAX_LEVELS levels.
+ * keys under its parent).  since[k] is when the row that gave chain[k]
+ * was written.  Fails on a parent that is no bucket's name, a cycle, or
+ * more than HIERARCHY_MAX_LEVELS levels.
  */
 static int
-chain_of(text *name, int below, text **chain)
+chain_of(text *name, int below, text **chain, TimestampTz *since)
 {
 	int			n = 0;
 
-	for (text *parent = parent_of(name); parent != NULL; parent = parent_of(parent))
+	for (text *parent = parent_of(name, &since[0]); parent != NULL;
+		 parent = parent_of(parent, &since[n]))
 	{
 		int			len = VARSIZE_ANY_EXHDR(parent);
 
@@ -402,7 +420,8 @@ hierarchy_expand(Installation *inst, Request *requests, int *nrequests)
 	for (int i = 0; i < n; i++)
 	{
 		text	   *chain[HIERARCHY_MAX_LEVELS];
-		int			levels = chain_of(requests[i].name, 0, chain);
+		TimestampTz since[HIERARCHY_MAX_LEVELS];
+		int			levels = chain_of(requests[i].name, 0, chain, since);
 
 		if (levels == 0)
 			continue;
@@ -446,6 +465,75 @@ hierarchy_expand(Installation *inst, Request *requests, int *nrequests)
 	}
 	*nrequests = merged;
 	return all;
+}
+
+/*
+ * The request for bucket "name" with every ancestor a give-back of a
+ * reservation made at "reserved_at" reaches added (sorted by name, in
+ * *nrequests): up each row of tb_parents written at or before it,
+ * stopping at the first written after (the reservation may have been
+ * charged to another parent then, or to none).  DT_NOBEGIN, a moment not
+ * known, passes only rows whose since is -infinity.  The request itself
+ * when none.
+ */
+Request *
+hierarchy_given_back(Installation *inst, Request *request, int *nrequests,
+					 TimestampTz reserved_at)
+{
+	Oid			relid = installation_table(inst);
+	text	   *chain[HIERARCHY_MAX_LEVELS];
+	TimestampTz since[HIERARCHY_MAX_LEVELS];
+	int			levels;
+	int			n = 0;
+	Request    *all;
+
+	*nrequests = 1;
+	if (likely(parents.valid && parents.relid == relid) &&
+		parents.nnamed + parents.ntemplates == 0)
+		return request;
+	parents_current(inst, relid);
+	levels = chain_of(request->name, 0, chain, since);
+	while (n < levels && since[n] <= reserved_at)
+		n++;
+	if (n == 0)
+		return request;
+	all = palloc(sizeof(Request) * (n + 1));
+	all[0] = *request;
+	for (int k = 0; k < n; k++)
+	{
+		all[k + 1] = *request;
+		all[k + 1].name = chain[k];
+		all[k + 1].position = k + 1;
+		all[k + 1].template_len = -1;
+		all[k + 1].in_table = false;
+		all[k + 1].counted = false;
+	}
+	qsort(all, n + 1, sizeof(Request), request_name_cmp);
+	*nrequests = n + 1;
+	return all;
+}
+
+/*
+ * The moment argument "argno" (reserved_at) says a reservation was made:
+ * DT_NOBEGIN when the call has none or NULL (not known).  A moment after
+ * now is refused: a reservation said to be newer than it is could be
+ * given back up a parent it was never charged to.
+ */
+TimestampTz
+hierarchy_reserved_at(FunctionCallInfo fcinfo, int argno)
+{
+	TimestampTz at;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return DT_NOBEGIN;
+	at = PG_GETARG_TIMESTAMPTZ(argno);
+	if (at > GetCurrentTimestamp())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("reserved_at %s is after now", timestamptz_to_str(at)),
+				 errdetail("reserved_at is when the reservation was made; the tokens go back only to the parents the bucket had then."),
+				 errhint("Pass now() of the transaction that reserved, as the server gave it.")));
+	return at;
 }
 
 /*
@@ -555,6 +643,7 @@ tb_parents_changed(PG_FUNCTION_ARGS)
 	Installation inst = installation_of(fcinfo);
 	Oid			relid;
 	text	   *chain[HIERARCHY_MAX_LEVELS];
+	TimestampTz since[HIERARCHY_MAX_LEVELS];
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
 		!TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event) ||
@@ -577,9 +666,9 @@ tb_parents_changed(PG_FUNCTION_ARGS)
 	for (int i = 0; i < parents.nnamed; i++)
 		(void) chain_of(cstring_to_text_with_len(parents.named[i].child,
 												 parents.named[i].child_len),
-						0, chain);
+						0, chain, since);
 	for (int i = 0; i < parents.ntemplates; i++)
 		if (!has_placeholder(parents.templates[i].parent))
-			(void) chain_of(parents.templates[i].parent, 1, chain);
+			(void) chain_of(parents.templates[i].parent, 1, chain, since);
 	return PointerGetDatum(NULL);
 }

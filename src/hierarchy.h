@@ -21,6 +21,9 @@
 extern int	request_name_cmp(const void *a, const void *b);
 extern Request *hierarchy_expand(Installation *inst, Request *requests,
 								 int *nrequests);
+extern Request *hierarchy_given_back(Installation *inst, Request *request,
+									 int *nrequests, TimestampTz reserved_at);
+extern TimestampTz hierarchy_reserved_at(FunctionCallInfo fcinfo, int argno);
 extern int	hierarchy_reported(const Request *requests, int nrequests,
 							   bool granted, TimestampTz now);
 

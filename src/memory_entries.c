@@ -32,8 +32,11 @@
  * moment this server came back from a crash, a failover, or a start
  * without the file a clean shutdown writes.  An entry is made from that
  * rule on first use, so no bucket, not even one first made from a
- * template after the crash, can grant what it granted before.  Only an
- * entry that is full is ever removed to make room.
+ * template after the crash, can grant what it granted before.  A quota's
+ * entry also starts no fuller than its row (or its template's) says,
+ * which a restore from a dump writes empty: the server it came from may
+ * have granted its current period already.  Only an entry that is full is
+ * ever removed to make room.
  *
  * Open takes.  While takes not yet committed are open on an entry, it
  * keeps what they took and the lowest deficit less that seen since the
@@ -55,6 +58,7 @@
 #include <unistd.h>
 
 #include "access/xlog.h"
+#include "bucket_config.h"
 #include "catalog/pg_control.h"
 #include "common.h"
 #include "common/controldata_utils.h"
@@ -189,9 +193,27 @@ reserve(pg_atomic_uint32 *counter, uint32 cap)
 }
 
 /*
- * The bucket an absent entry stands for, with the given settings: empty at
- * empty_at, or new (full; a quota with a period's tokens) when empty_at is
- * -infinity.  A quota empty at empty_at gets its tokens back at the next
+ * The bucket a new entry starts with at "now", made from "settings" (its
+ * row's, or its template's, state included): full, a quota with a
+ * period's tokens (bucket_initial_deficit()), no fuller than its row says.
+ */
+Bucket
+memory_new_state(const Bucket *settings, TimestampTz now)
+{
+	Bucket		bucket = *settings;
+
+	bucket.deficit = bucket_initial_deficit(settings);
+	bucket.updated_at = now;
+	bucket.paused_until = DT_NOBEGIN;
+	bucket_config_no_fuller(&bucket, settings, now);
+	return bucket;
+}
+
+/*
+ * The bucket an absent entry stands for, with the given settings (its
+ * row's, or its template's, state included): empty at empty_at, or new
+ * (memory_new_state()) when empty_at is -infinity; and no fuller than its
+ * row says.  A quota empty at empty_at gets its tokens back at the next
  * start of a period: a restart never gives it a period's tokens twice.
  */
 Bucket
@@ -199,17 +221,12 @@ memory_absent_state(const Bucket *settings, TimestampTz now)
 {
 	Bucket		bucket = *settings;
 
-	bucket.paused_until = DT_NOBEGIN;
 	if (memory_shared->empty_at == DT_NOBEGIN)
-	{
-		bucket.deficit = bucket_initial_deficit(settings);
-		bucket.updated_at = now;
-	}
-	else
-	{
-		bucket.deficit = bucket.capacity;
-		bucket.updated_at = memory_shared->empty_at;
-	}
+		return memory_new_state(settings, now);
+	bucket.paused_until = DT_NOBEGIN;
+	bucket.deficit = bucket.capacity;
+	bucket.updated_at = memory_shared->empty_at;
+	bucket_config_no_fuller(&bucket, settings, now);
 	return bucket;
 }
 

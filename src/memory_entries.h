@@ -139,6 +139,7 @@ extern void memory_attach(LWLockPadded *locks);
 extern void memory_remove_every(void);
 extern void memory_require(void);
 extern bool memory_usable(void);
+extern Bucket memory_new_state(const Bucket *settings, TimestampTz now);
 extern Bucket memory_absent_state(const Bucket *settings, TimestampTz now);
 extern void memory_key(MemoryKey *key, Oid relid, const char *name, int len,
 					   bool provisional);

@@ -430,8 +430,9 @@ memory_watch(Oid relid, text *name, bool on)
 
 /*
  * configure(): a named bucket made gets its provisional entry, new (full,
- * a quota with a period's tokens: "settings"), now (room set aside, or
- * 53200); other changes are applied at commit.
+ * a quota with a period's tokens, no fuller than its row "settings" says:
+ * memory_new_state()), now (room set aside, or 53200); other changes are
+ * applied at commit.
  */
 static void
 memory_configure(ConfigChange kind, Oid relid, const char *name, int len,
@@ -445,9 +446,10 @@ memory_configure(ConfigChange kind, Oid relid, const char *name, int len,
 	if (kind == CONFIG_MADE)
 	{
 		text	   *t = cstring_to_text_with_len(name, len);
+		Bucket		state = memory_new_state(settings, GetCurrentTimestamp());
 
 		if (len <= SHARED_NAME_MAX_BYTES)
-			(void) memory_make(relid, t, settings, 0, 0, true);
+			(void) memory_make(relid, t, &state, 0, 0, true);
 		return;
 	}
 	if (kind == CONFIG_TAKEN)

@@ -30,6 +30,8 @@
  */
 #include "postgres.h"
 
+#include <math.h>
+
 #include "bucket.h"
 #include "common.h"
 #include "common/int.h"
@@ -78,6 +80,21 @@ floor_div(int64 a, int64 b)
 	return (a % b != 0 && a < 0) ? q - 1 : q;
 }
 
+/*
+ * floor((at - anchor) / length) for length > 0, or when at - anchor
+ * overflows (a moment near one end of the range, an anchor near the
+ * other), an estimate off by one at most: period_index() corrects it.
+ */
+static int64
+estimate_index(int64 at, int64 anchor, int64 length)
+{
+	int64		diff;
+
+	if (!pg_sub_s64_overflow(at, anchor, &diff))
+		return floor_div(diff, length);
+	return (int64) floor(((double) at - (double) anchor) / (double) length);
+}
+
 /* The time zone of a period (checked when its row was written). */
 static pg_tz *
 period_zone(const BucketPeriod *period)
@@ -122,6 +139,24 @@ utc_to_local(TimestampTz at, pg_tz *tz, struct pg_tm *tm, Timestamp *result)
 		tm2timestamp(tm, fsec, NULL, result) == 0;
 }
 
+/*
+ * base + n x length in *result; false when it overflows.  In two halves:
+ * n x length alone may not fit when base + n x length does (an anchor
+ * near one end of the range, a period near the other).
+ */
+static bool
+add_periods(int64 base, int64 n, int64 length, int64 *result)
+{
+	int64		half = n / 2;
+	int64		a;
+	int64		b;
+
+	return !pg_mul_s64_overflow(half, length, &a) &&
+		!pg_mul_s64_overflow(n - half, length, &b) &&
+		!pg_add_s64_overflow(base, a, result) &&
+		!pg_add_s64_overflow(*result, b, result);
+}
+
 /* An index's start when it lies beyond what timestamptz holds. */
 static inline TimestampTz
 saturated(int64 n)
@@ -142,21 +177,15 @@ period_start(const BucketPeriod *period, int64 n)
 
 	if (period->usecs != 0)
 	{
-		int64		offset;
-
 		if (!local_to_utc(period->anchor, tz, &result) ||
-			pg_mul_s64_overflow(n, period->usecs, &offset) ||
-			pg_add_s64_overflow(result, offset, &result) ||
+			!add_periods(result, n, period->usecs, &result) ||
 			!IS_VALID_TIMESTAMP(result))
 			return saturated(n);
 		return result;
 	}
 	if (period->days != 0)
 	{
-		int64		offset;
-
-		if (pg_mul_s64_overflow(n, (int64) period->days * USECS_PER_DAY, &offset) ||
-			pg_add_s64_overflow(local, offset, &local))
+		if (!add_periods(local, n, (int64) period->days * USECS_PER_DAY, &local))
 			return saturated(n);
 	}
 	else
@@ -197,14 +226,17 @@ period_index(const BucketPeriod *period, TimestampTz at)
 
 	if (last.valid && last.start <= at && at < last.end && last_is(period))
 		return last.n;
+	/* beyond the range of timestamptz (a bound of a search): as infinity */
+	if (!IS_VALID_TIMESTAMP(at))
+		return at < 0 ? -PERIOD_INDEX_FAR : PERIOD_INDEX_FAR;
 
 	if (period->usecs != 0)
 	{
 		TimestampTz anchor = period_start(period, 0);
 
-		if (TIMESTAMP_NOT_FINITE(anchor) || TIMESTAMP_NOT_FINITE(at))
+		if (TIMESTAMP_NOT_FINITE(anchor))
 			return at < 0 ? -PERIOD_INDEX_FAR : PERIOD_INDEX_FAR;
-		n = floor_div(at - anchor, period->usecs);
+		n = estimate_index(at, anchor, period->usecs);
 	}
 	else
 	{
@@ -213,12 +245,11 @@ period_index(const BucketPeriod *period, TimestampTz at)
 		fsec_t		fsec;
 		Timestamp	local;
 
-		if (TIMESTAMP_NOT_FINITE(at) ||
-			!utc_to_local(at, period_zone(period), &tm, &local) ||
+		if (!utc_to_local(at, period_zone(period), &tm, &local) ||
 			timestamp2tm(period->anchor, NULL, &anchor_tm, &fsec, NULL, NULL) != 0)
 			return at < 0 ? -PERIOD_INDEX_FAR : PERIOD_INDEX_FAR;
 		if (period->days != 0)
-			n = floor_div(local - period->anchor, (int64) period->days * USECS_PER_DAY);
+			n = estimate_index(local, period->anchor, (int64) period->days * USECS_PER_DAY);
 		else
 			n = floor_div(((int64) tm.tm_year - anchor_tm.tm_year) * MONTHS_PER_YEAR +
 						  tm.tm_mon - anchor_tm.tm_mon, period->months);

@@ -306,6 +306,7 @@ take_one(Oid relid, Request *request, TimestampTz now)
 	for (int attempt = 0; attempt < 3; attempt++)
 	{
 		BucketConfig config;
+		bool		granted;
 		uint64		generation = memory_store.generation();
 		bool		skipped = attempt == 0 &&
 			skips_table(relid, request->name, now, generation);
@@ -335,14 +336,17 @@ take_one(Oid relid, Request *request, TimestampTz now)
 			continue;
 		}
 
-		/* a table template's bucket: made already taken from, in one INSERT */
+		/*
+		 * A table template's bucket: made, already taken from if it grants,
+		 * in one INSERT.  A new quota holds its budget, not its capacity: a
+		 * cost within the capacity may be refused, as a memory key's is.
+		 */
 		request->bucket = table_store.absent(&config.bucket, now);
 		check_cost(request);
-		if (!bucket_take(&request->bucket, request->cost, request->reserve, now))
-			elog(ERROR, "a new bucket did not grant a cost within its capacity");
+		granted = bucket_take(&request->bucket, request->cost, request->reserve, now);
 		if (table_store.make(relid, request->name, &request->bucket,
 							 config.template_len, 0, false) == STORE_MADE)
-			return true;
+			return granted;
 	}
 	report_missing(request->name);
 	pg_unreachable();

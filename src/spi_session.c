@@ -18,6 +18,8 @@
  */
 #include "postgres.h"
 
+#include <ctype.h>
+
 #include "catalog/namespace.h"
 #include "common.h"
 #include "miscadmin.h"
@@ -161,6 +163,105 @@ plan_ready(CachedPlanSource *source)
 }
 
 /*
+ * The lock a statement takes on the tables it names: a plain SELECT reads
+ * (ACCESS SHARE), one FOR UPDATE or SHARE locks rows (ROW SHARE), any
+ * other writes (ROW EXCLUSIVE).
+ */
+static LOCKMODE
+statement_lock_mode(const char *sql)
+{
+	if (strncmp(sql, "SELECT ", 7) != 0)
+		return RowExclusiveLock;
+	return strstr(sql, " FOR UPDATE") || strstr(sql, " FOR SHARE") ||
+		strstr(sql, " FOR NO KEY") ? RowShareLock : AccessShareLock;
+}
+
+/*
+ * In a PG_CATCH block of "plan" on installation "relid", which "bound"
+ * bounded: a lock timeout becomes 55P03 naming the table another
+ * transaction locked whole (each table of the installation the statement
+ * names, "%1$s.tb_..."), or else the bucket or limit whose row $1 names
+ * ("args" NULL: none); any other error is left to re-throw.
+ */
+static void
+report_locked(KeptPlan *plan, Oid relid, Datum *args, HeldBound *bound,
+			  MemoryContext context)
+{
+	Oid			nsp = get_rel_namespace(relid);
+	const char *p = plan->sql;
+
+	while (OidIsValid(nsp) && (p = strstr(p, "%1$s.")) != NULL)
+	{
+		char		name[NAMEDATALEN];
+		int			len = 0;
+		Oid			table;
+
+		p += 5;
+		while (len < NAMEDATALEN - 1 && (islower((unsigned char) p[len]) || p[len] == '_'))
+		{
+			name[len] = p[len];
+			len++;
+		}
+		name[len] = '\0';
+		table = get_relname_relid(name, nsp);
+		if (OidIsValid(table))
+			held_report_table(bound, table, statement_lock_mode(plan->sql), context);
+	}
+	if (args != NULL && plan->holds != HELD_NOTHING)
+		held_report_locked(bound, plan->holds, relid, DatumGetTextPP(args[0]), context);
+}
+
+/*
+ * Prepare "plan" for installation "relid" and keep it, waiting for a lock
+ * on a whole table another transaction holds at most the bound (a new
+ * session's first call plans, and planning locks the tables).
+ */
+static void
+prepare(KeptPlan *plan, Oid relid)
+{
+	MemoryContext context = CurrentMemoryContext;
+	char	   *nspname = get_namespace_name(get_rel_namespace(relid));
+	char	   *sql;
+	SPIPlanPtr	prepared;
+	HeldBound	bound;
+
+	if (nspname == NULL)
+		report_dropped();
+	if (plan->plan != NULL)
+		SPI_freeplan(plan->plan);
+	plan->plan = NULL;
+	sql = psprintf(plan->sql, quote_identifier(nspname));
+
+	/*
+	 * One generic plan, planned once: every statement here is an index
+	 * lookup whatever its parameters, and a custom plan per call (which
+	 * the plan cache picks when the generic one's estimate looks worse, as
+	 * for a LIMIT $n) would plan on every call.
+	 */
+	held_bound_begin(&bound);
+	PG_TRY();
+	{
+		prepared = SPI_prepare_cursor(sql, plan->nargs, plan->argtypes,
+									  CURSOR_OPT_GENERIC_PLAN);
+	}
+	PG_CATCH();
+	{
+		held_bound_end(&bound);
+		report_locked(plan, relid, NULL, &bound, context);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	held_bound_end(&bound);
+	if (prepared == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+			 sql, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(prepared) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	plan->plan = prepared;
+	plan->relid = relid;
+}
+
+/*
  * plan_run(), or a read-only statement on the snapshot "snapshot" gives
  * (taken as it starts).
  */
@@ -178,34 +279,7 @@ run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls,
 
 	check_version(relid);
 	if (plan->plan == NULL || plan->relid != relid)
-	{
-		char	   *nspname = get_namespace_name(get_rel_namespace(relid));
-		char	   *sql;
-		SPIPlanPtr	prepared;
-
-		if (nspname == NULL)
-			report_dropped();
-		if (plan->plan != NULL)
-			SPI_freeplan(plan->plan);
-		plan->plan = NULL;
-		sql = psprintf(plan->sql, quote_identifier(nspname));
-
-		/*
-		 * One generic plan, planned once: every statement here is an index
-		 * lookup whatever its parameters, and a custom plan per call
-		 * (which the plan cache picks when the generic one's estimate
-		 * looks worse, as for a LIMIT $n) would plan on every call.
-		 */
-		prepared = SPI_prepare_cursor(sql, plan->nargs, plan->argtypes,
-									  CURSOR_OPT_GENERIC_PLAN);
-		if (prepared == NULL)
-			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-				 sql, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(prepared) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		plan->plan = prepared;
-		plan->relid = relid;
-	}
+		prepare(plan, relid);
 
 	/*
 	 * A plan is made with sequential scans off (on where the session
@@ -237,9 +311,7 @@ run(KeptPlan *plan, Oid relid, Datum *args, const char *nulls,
 	PG_CATCH();
 	{
 		held_bound_end(&bound);
-		if (plan->holds != HELD_NOTHING)
-			held_report_locked(&bound, plan->holds, relid,
-							   DatumGetTextPP(args[0]), context);
+		report_locked(plan, relid, args, &bound, context);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();

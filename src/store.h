@@ -117,9 +117,10 @@ typedef struct StoreRoutine
 	bool		(*peek) (Oid relid, Request *request);
 
 	/*
-	 * The state a bucket with these settings (capacity, refill_rate) has
-	 * here before anything is stored for it.  Fails if this store cannot
-	 * hold buckets in this server.
+	 * The state a bucket with these settings (capacity, refill_rate, and
+	 * the state of its row, or of its template's) has here before
+	 * anything is stored for it.  Fails if this store cannot hold buckets
+	 * in this server.
 	 */
 	Bucket		(*absent) (const Bucket *settings, TimestampTz now);
 
@@ -180,8 +181,8 @@ typedef struct StoreRoutine
 	/*
 	 * A change to the configuration of a bucket it holds (its row's, or a
 	 * template's: "name" ends in '*'), to apply when the transaction
-	 * commits, and never if it aborts.  "settings": the new bucket the row
-	 * makes (bucket_config_row_settings(); NULL when it is gone).
+	 * commits, and never if it aborts.  "settings": the row's settings
+	 * and state (bucket_config_row_settings(); NULL when it is gone).
 	 */
 	void		(*configure) (ConfigChange change, Oid relid, const char *name,
 							  int len, const Bucket *settings);

@@ -46,6 +46,7 @@
 #include "bucket_config.h"
 #include "catalog/pg_type.h"
 #include "common.h"
+#include "held.h"
 #include "store.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -332,6 +333,7 @@ table_deny(Oid relid, Request *request, TimestampTz now)
 
 	if (denied_share < READ_FIRST_SHARE)
 		return STORE_ABSENT;	/* grants lately: the UPDATE at once */
+	held_lock_table(relid, AccessShareLock);	/* bounded, as every statement's wait */
 	rel = try_table_open(relid, AccessShareLock);
 	if (rel == NULL)
 		return STORE_ABSENT;	/* dropped: take() says so */

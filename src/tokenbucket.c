@@ -604,13 +604,13 @@ change_adjust(Bucket *bucket, TimestampTz now, const void *tokens)
 }
 
 /*
- * update_bucket() giving "tokens" back to bucket "name" (taking them when
- * negative) and to every parent above it alike (tb_parents), in the order
- * of their names, as grants lock them: the tokens "name" holds afterwards.
+ * update_bucket() taking -"tokens" from bucket "name" and every parent, or
+ * giving "tokens" back to it and the parents a reservation made at
+ * "reserved_at" was charged to, by name as grants lock: "name"'s tokens.
  */
 static double
 adjust_chain(Installation *inst, text *name, const double *tokens,
-			 const BucketCounters *delta)
+			 const BucketCounters *delta, TimestampTz reserved_at)
 {
 	Request		request = {.name = name};
 	Request    *chain;
@@ -618,7 +618,8 @@ adjust_chain(Installation *inst, text *name, const double *tokens,
 	double		own = 0;
 
 	check_bucket_name(name);
-	chain = hierarchy_expand(inst, &request, &n);
+	chain = *tokens > 0 ? hierarchy_given_back(inst, &request, &n, reserved_at) :
+		hierarchy_expand(inst, &request, &n);
 	for (int i = 0; i < n; i++)
 	{
 		double		left = update_bucket(inst, chain[i].name, change_adjust, tokens, delta);
@@ -655,13 +656,13 @@ change_pause(Bucket *bucket, TimestampTz now, const void *until)
 PG_FUNCTION_INFO_V1(tb_refund);
 
 /*
- * tb_refund(name, tokens): give unused tokens back, capped at capacity, to
- * the bucket and its parents.
+ * tb_refund(name, tokens [, reserved_at]): give unused tokens back, capped
+ * at capacity, to the bucket and the parents the reservation was charged to.
  */
 Datum
 tb_refund(PG_FUNCTION_ARGS)
 {
-	static const ArgsSpec args = {"tb_refund", 0, {"name", "tokens"}};
+	static const ArgsSpec args = {"tb_refund", ARG_MAY_BE_NULL(2), {"name", "tokens", "reserved_at"}};
 	Installation inst = installation_of(fcinfo);
 	double		tokens = PG_GETARG_FLOAT8(1);
 
@@ -669,20 +670,21 @@ tb_refund(PG_FUNCTION_ARGS)
 
 	check_not_null(fcinfo, &args);
 	check_number("tokens", tokens, false);
-	PG_RETURN_FLOAT8(adjust_chain(&inst, PG_GETARG_TEXT_PP(0), &tokens, &delta));
+	PG_RETURN_FLOAT8(adjust_chain(&inst, PG_GETARG_TEXT_PP(0), &tokens, &delta,
+								  hierarchy_reserved_at(fcinfo, 2)));
 }
 
 PG_FUNCTION_INFO_V1(tb_settle);
 
 /*
- * tb_settle(name, reserved, used): refund reserved - used, or take
- * used - reserved more, into debt if need be, on the bucket and its
- * parents.  Returns the bucket's new level.
+ * tb_settle(name, reserved, used [, reserved_at]): refund reserved - used as
+ * tb_refund() does, or take used - reserved more, into debt if need be, on
+ * the bucket and every parent it has now.  Returns the bucket's new level.
  */
 Datum
 tb_settle(PG_FUNCTION_ARGS)
 {
-	static const ArgsSpec args = {"tb_settle", 0, {"name", "reserved", "used"}};
+	static const ArgsSpec args = {"tb_settle", ARG_MAY_BE_NULL(3), {"name", "reserved", "used", "reserved_at"}};
 	Installation inst = installation_of(fcinfo);
 	double		reserved = PG_GETARG_FLOAT8(1);
 	double		used = PG_GETARG_FLOAT8(2);
@@ -699,7 +701,8 @@ tb_settle(PG_FUNCTION_ARGS)
 		delta.refunded_tokens = tokens;
 	else
 		delta.granted_tokens = -tokens;
-	PG_RETURN_FLOAT8(adjust_chain(&inst, PG_GETARG_TEXT_PP(0), &tokens, &delta));
+	PG_RETURN_FLOAT8(adjust_chain(&inst, PG_GETARG_TEXT_PP(0), &tokens, &delta,
+								  hierarchy_reserved_at(fcinfo, 3)));
 }
 
 PG_FUNCTION_INFO_V1(tb_sync);

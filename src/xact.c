@@ -38,6 +38,10 @@
  *	5. the counters (stats.c): last, so that everything above has counted
  *	   what it counts before the transaction's counts are flushed.
  *
+ * Before a commit (not a PREPARE), the alerts queue the NOTIFY of the
+ * events the transaction wrote: one queued earlier would make PostgreSQL
+ * refuse to prepare it (alerts.c).
+ *
  * A subtransaction ends in the same order, each part making what the level
  * did its parent's (commit) or undoing it (abort).
  *
@@ -156,6 +160,9 @@ xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_PRE_PREPARE:
 			refuse_prepare();
+			return;
+		case XACT_EVENT_PRE_COMMIT:
+			alerts_pre_commit();
 			return;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:

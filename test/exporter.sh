@@ -13,7 +13,8 @@
 # exported one by one.  Then known traffic on a table limit and a memory
 # limit (leases granted, refused, released, expired, ended with their
 # sessions, a wait that timed out) and a memory limit template; and two
-# quotas' spend, their template's keys not exported one by one.
+# quotas' spend and budget (not a refill rate per second), their
+# template's keys not exported one by one.
 # Prints TAP.
 set -euo pipefail
 DB=tb_exporter
@@ -36,7 +37,7 @@ source "$TOP/test/checks.sh"
 # exporter's role only through what docs/counters-and-prometheus.md gives it
 q() { PGOPTIONS="-c search_path=limits,public" psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
 
-echo "1..19"
+echo "1..20"
 createdb "$DB"
 q <<'SQL' >/dev/null
 CREATE SCHEMA limits;
@@ -201,8 +202,14 @@ expect 17 "the monitoring role was granted EXECUTE on no function (the docs give
 	         WHERE a.grantee = 'regress_tb_prometheus'::regrole")" 0
 # quotas: spent, remaining and the period's end (the next UTC midnight)
 end=$(q -c "SELECT extract(epoch FROM date_trunc('day', now() AT TIME ZONE 'UTC') + interval '1 day')::bigint")
-expect 18 "quotas: spent, remaining, period_end_seconds (team, then mteam), three gauges" \
+expect 18 "quotas: spent, remaining, period_end_seconds (team, then mteam), four gauges" \
 	"$(metric tokenbucket_quota_spent bucket team) $(metric tokenbucket_quota_remaining bucket team) $(awk -v e="$(metric tokenbucket_quota_period_end_seconds bucket team)" 'BEGIN { printf "%.0f", e }') $(metric tokenbucket_quota_spent bucket mteam) $(metric tokenbucket_quota_remaining bucket mteam) $(grep -c '^# TYPE tokenbucket_quota_[a-z_]* gauge$' "$METRICS")" \
-	"30 70 $end 100 0 3"
+	"30 70 $end 100 0 4"
 expect 19 "a quota template's keys are not exported one by one, nor are rate buckets as quotas" \
 	"$(grep -c '^tokenbucket_quota_[a-z_]*{.*bucket="\(q:\|api\)' "$METRICS" || true)" 0
+# a quota's refill_rate is its budget per period, not per second: it has
+# no refill_rate_tokens_per_second series (rate(granted_tokens_total) /
+# refill_rate would be off by the period's seconds) but a budget gauge
+expect 20 "quotas: budget_tokens (team, mteam), no refill rate per second; api keeps its refill rate" \
+	"$(metric tokenbucket_quota_budget_tokens bucket team) $(metric tokenbucket_quota_budget_tokens bucket mteam) $(grep -c '^tokenbucket_refill_rate_tokens_per_second{.*bucket="\(team\|mteam\|q:1\)"' "$METRICS" || true) $(grep -c '^tokenbucket_refill_rate_tokens_per_second{.*bucket="api"' "$METRICS" || true)" \
+	"100 100 0 1"

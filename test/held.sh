@@ -168,6 +168,52 @@ check "a row held by a statement on tb_buckets itself: 55P03, its detail saying 
 	"(SELECT sqlstate = '55P03' AND detail LIKE 'No call of tokenbucket''s holds it%pg_locks%' FROM calls WHERE test = 'table')"
 say h "ROLLBACK;"
 
+# a lock on a whole table of tokenbucket's in h's open transaction (a
+# deploy's TRUNCATE tb_parents, a LOCK TABLE tb_buckets): a new session's
+# call, parents or not, waits for it at most the bound too, then 55P03
+# naming the table and h; all before h ends
+# lock_table TEST LOCK: h takes LOCK (holding it, idle), a new session
+# calls tb_acquire('other') with a bound of 200 ms, h rolls back
+lock_table() {
+	say h "BEGIN; $2; SELECT 'locked' \\g $WORK/h.$1"
+	wait_file "$WORK/h.$1"
+	until_true "EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'h' AND state = 'idle in transaction')"
+	call "$1" "SELECT tb_acquire('other')" "SET tokenbucket.row_lock_timeout = '200ms';"
+	say h "ROLLBACK;"
+}
+# locked TEST TABLE: the call of TEST failed with 55P03 within the bound, naming TABLE and h
+locked() {
+	echo "(SELECT sqlstate = '55P03' AND seconds >= 0.19 AND seconds < 5
+		AND message = 'table \"$2\" is locked by another transaction'
+		AND detail LIKE 'Process $(h_pid) (application \"h\", idle in transaction for % s) holds%waited 200 ms for it (tokenbucket.row_lock_timeout).'
+		FROM calls WHERE test = '$1')"
+}
+lock_table truncate "TRUNCATE tb_parents"
+check "TRUNCATE tb_parents in an open transaction: a new session's call on a bucket without parents fails with 55P03 within the bound, naming tb_parents and the holder" \
+	"$(locked truncate tb_parents)"
+lock_table access_exclusive "LOCK tb_buckets IN ACCESS EXCLUSIVE MODE"
+check "an ACCESS EXCLUSIVE lock on tb_buckets: the same, naming tb_buckets" \
+	"$(locked access_exclusive tb_buckets)"
+lock_table exclusive "LOCK tb_buckets IN EXCLUSIVE MODE"
+check "an EXCLUSIVE lock on tb_buckets: the same for a grant" \
+	"$(locked exclusive tb_buckets)"
+
+# an alert event h's open transaction wrote (a memory quota, whose charge
+# locks no row): a charge reaching the same threshold waits for h's event
+# at most the bound, then the same 55P03 naming the quota and h
+q -c "SELECT tb_create_quota('mq', 10, '1 day', memory => true), tb_set_alerts('mq', '{0.5}')" >/dev/null
+say h "BEGIN; SELECT tb_acquire('mq', 6) \\g $WORK/h.alert"
+wait_file "$WORK/h.alert"
+until_true "EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'h'
+	AND state = 'idle in transaction' AND backend_xid IS NOT NULL)"
+call alert "SELECT tb_acquire('mq', 1)" "SET tokenbucket.row_lock_timeout = '200ms';"
+say h "ROLLBACK;"
+check "a charge waiting for another transaction's alert event fails with 55P03 naming the quota and the holder, not a bare lock timeout" \
+	"(SELECT sqlstate = '55P03' AND seconds >= 0.19 AND seconds < 5
+		AND message = 'bucket \"mq\" is held by another transaction'
+		AND detail LIKE 'Process $(h_pid) (application \"h\", idle in transaction for % s) has held it%waited 200 ms for it (tokenbucket.row_lock_timeout).'
+		FROM calls WHERE test = 'alert')"
+
 check "tokenbucket.row_lock_timeout is 1 s by default" "current_setting('tokenbucket.row_lock_timeout') = '1s'"
 
 echo "1..$n"

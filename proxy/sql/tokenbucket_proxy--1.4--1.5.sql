@@ -1,6 +1,7 @@
 /* tokenbucket_proxy--1.4--1.5.sql: tokenbucket 1.9 through the proxy:
- * tb_try's and tb_peek's denied_by, tb_create_quota, tb_set_parent,
- * tb_set_alerts, tb_quotas, tb_stats' spend. */
+ * tb_try's and tb_peek's denied_by, tb_refund and tb_settle with
+ * reserved_at, tb_create_quota, tb_set_parent, tb_set_alerts, tb_quotas,
+ * tb_stats' spend. */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "ALTER EXTENSION tokenbucket_proxy UPDATE TO '1.5'" to load this file. \quit
@@ -47,7 +48,10 @@ FROM grants;
 -- (a view or BEGIN ATOMIC function of your own that uses tb_try or tb_peek
 -- must be dropped first).  A shard still on tokenbucket_shard 1.0 answers
 -- NULL there; tokenbucket_shard 1.1's tb_routed_try and tb_routed_peek give
--- it.
+-- it.  tokenbucket 1.9's tb_refund and tb_settle told when the reservation
+-- was made (reserved_at) are made from their lines too: a shard still on
+-- tokenbucket_shard 1.0 has no tb_routed_refund or tb_routed_settle with
+-- it, and is given the form without it (to the bucket alone).
 --
 DROP FUNCTION @extschema@.tb_try(text, float8);
 DROP FUNCTION @extschema@.tb_try(text, float8, float8);
@@ -95,7 +99,13 @@ BEGIN
 		 'what tb_try would answer now on the bucket''s shard, taking nothing'),
 		('peek', 'name text, cost float8, reserve float8', 'reserve',
 		 'row', pg_catalog.format('%s, denied_by text', answer), 'STRICT', 'read',
-		 'what tb_try with a reserve would answer now on the bucket''s shard, taking nothing')
+		 'what tb_try with a reserve would answer now on the bucket''s shard, taking nothing'),
+		('refund', 'name text, tokens float8, reserved_at timestamptz', 'reserved_at',
+		 'value', 'float8', 'CALLED ON NULL INPUT', 'write',
+		 'give unused tokens of a reservation made at reserved_at back to the bucket on its shard, up the parents it was charged to; returns the tokens it holds'),
+		('settle', 'name text, reserved float8, used float8, reserved_at timestamptz', 'reserved_at',
+		 'value', 'float8', 'CALLED ON NULL INPUT', 'write',
+		 'settle a reservation made at reserved_at on the bucket''s shard, giving back up the parents it was charged to; returns the tokens it holds')
 		) AS l(f, args, nulls, shape, result, strictness, kind, comment)
 	LOOP
 		signature := pg_catalog.regexp_replace(c.args, ' DEFAULT [^,]*', '', 'g');
@@ -134,6 +144,19 @@ $check$, a.a, c.f), '' ORDER BY a.n)
 			calling := pg_catalog.format(E'\t\t\tr := @extschema@.%s;\n', wrapped);
 			failure := 'r.error';
 			answers := E'\tRETURN r.result;\n';
+			IF names[pg_catalog.array_length(names, 1)] OPERATOR(pg_catalog.=) 'reserved_at' THEN
+				calling := pg_catalog.format($old$			BEGIN
+				r := @extschema@.%s;
+			EXCEPTION WHEN undefined_function THEN
+				-- a shard on tokenbucket_shard 1.0: the form without reserved_at
+				IF SQLERRM OPERATOR(pg_catalog.!~) %L THEN
+					RAISE;
+				END IF;
+				r := @extschema@.tb_routed_%s(%s);
+			END;
+$old$, wrapped, pg_catalog.format('REMOTE ERROR: function [^ ]*tb_routed_%s\(', c.f), c.f,
+					pg_catalog.array_to_string(names[1:pg_catalog.array_length(names, 1) - 1], ', '));
+			END IF;
 		ELSIF c.shape OPERATOR(pg_catalog.=) 'row' THEN
 			out_columns := pg_catalog.regexp_replace(c.result, '([^ ,]+ [^,]+)', 'OUT \1', 'g');
 			routed_params := pg_catalog.format('%s, %s, OUT error text[]', signature, out_columns);
@@ -417,6 +440,10 @@ $$;
 
 -- what tokenbucket keeps from PUBLIC, kept here too, with what runs it
 REVOKE ALL ON FUNCTION
+	@extschema@.tb_refund(text, float8, timestamptz),
+	@extschema@.tb_routed_refund(text, float8, timestamptz),
+	@extschema@.tb_settle(text, float8, float8, timestamptz),
+	@extschema@.tb_routed_settle(text, float8, float8, timestamptz),
 	@extschema@.tb_create_quota(text, float8, interval, text, timestamp, float8, boolean),
 	@extschema@.tb_shards_create_quota(text, float8, interval, text, timestamp, float8, boolean),
 	@extschema@.tb_set_parent(text, text),

@@ -14,9 +14,10 @@
 -- 1.7 or later (1.8 to refuse a NULL to tb_create, tb_alter, tb_drop and
 -- tb_purge; 1.9 for quotas, parents and alerts, and with tokenbucket_shard
 -- 1.1 for tb_try's and tb_peek's denied_by, NULL from a shard before
--- that) and tokenbucket_shard, in the schema this extension is in,
--- where PL/Proxy calls them: create all three in the same one (public by
--- default).  The proxy server needs tokenbucket's library (not the
+-- that, and for tb_refund's and tb_settle's reserved_at, to the bucket
+-- alone before that) and tokenbucket_shard, in the schema this extension
+-- is in, where PL/Proxy calls them: create all three in the same one
+-- (public by default).  The proxy server needs tokenbucket's library (not the
 -- extension) for the bound on a call.  Leases are not proxied.
 --
 -- In this order: routing; the cluster as PL/Proxy reads it; the bound on a
@@ -490,13 +491,19 @@ COMMENT ON FUNCTION @extschema@.tb_routed_failed(text, int4, text, text, text, t
 --     (tb_routed_failed says whether a call that failed on its way runs
 --     once more), and raises an error returned as data with
 --     tb_routed_raise.  It is never STRICT, as tokenbucket's are not.
+--     A form whose last argument is reserved_at (tb_refund's and
+--     tb_settle's, tokenbucket 1.9) runs, on a shard still on
+--     tokenbucket_shard 1.0, which has no tb_routed_<f> with it (42883),
+--     the form without it: that shard gives back to the bucket alone, as
+--     tokenbucket does when the moment is not known.
 -- The same statements make every pair, so that no two drift apart; made
 -- by EXECUTE during CREATE EXTENSION, they belong to the extension like
 -- any other object of this script.  Their text is, to the character, that
 -- of tokenbucket_proxy--1.2--1.3.sql, which writes each pair out, and for
 -- tb_<f> that of tokenbucket_proxy--1.3--1.4.sql, which makes them again
--- from this list, and for tb_try's and tb_peek's pairs that of
--- tokenbucket_proxy--1.4--1.5.sql, which makes them again with denied_by:
+-- from this list, and for tb_try's and tb_peek's pairs and the forms with
+-- reserved_at that of tokenbucket_proxy--1.4--1.5.sql, which makes them
+-- (tb_try and tb_peek again, with denied_by):
 -- proxy/test/errors.sh checks that a fresh install has the objects of an
 -- update from each earlier version.
 --
@@ -593,6 +600,12 @@ BEGIN
 		('settle', 'name text, reserved float8, used float8', '',
 		 'value', 'float8', 'STRICT', 'write',
 		 'refund reserved - used, or take used - reserved more, on the bucket''s shard; returns the tokens it holds'),
+		('refund', 'name text, tokens float8, reserved_at timestamptz', 'reserved_at',
+		 'value', 'float8', 'CALLED ON NULL INPUT', 'write',
+		 'give unused tokens of a reservation made at reserved_at back to the bucket on its shard, up the parents it was charged to; returns the tokens it holds'),
+		('settle', 'name text, reserved float8, used float8, reserved_at timestamptz', 'reserved_at',
+		 'value', 'float8', 'CALLED ON NULL INPUT', 'write',
+		 'settle a reservation made at reserved_at on the bucket''s shard, giving back up the parents it was charged to; returns the tokens it holds'),
 		('sync', 'name text, remaining float8', '',
 		 'value', 'float8', 'STRICT', 'write',
 		 'lower the tokens of the bucket on its shard to what the provider reports remaining; returns the tokens it holds'),
@@ -643,6 +656,19 @@ $check$, a.a, c.f), '' ORDER BY a.n)
 			calling := pg_catalog.format(E'\t\t\tr := @extschema@.%s;\n', wrapped);
 			failure := 'r.error';
 			answers := E'\tRETURN r.result;\n';
+			IF names[pg_catalog.array_length(names, 1)] OPERATOR(pg_catalog.=) 'reserved_at' THEN
+				calling := pg_catalog.format($old$			BEGIN
+				r := @extschema@.%s;
+			EXCEPTION WHEN undefined_function THEN
+				-- a shard on tokenbucket_shard 1.0: the form without reserved_at
+				IF SQLERRM OPERATOR(pg_catalog.!~) %L THEN
+					RAISE;
+				END IF;
+				r := @extschema@.tb_routed_%s(%s);
+			END;
+$old$, wrapped, pg_catalog.format('REMOTE ERROR: function [^ ]*tb_routed_%s\(', c.f), c.f,
+					pg_catalog.array_to_string(names[1:pg_catalog.array_length(names, 1) - 1], ', '));
+			END IF;
 		ELSIF c.shape OPERATOR(pg_catalog.=) 'row' THEN
 			out_columns := pg_catalog.regexp_replace(c.result, '([^ ,]+ [^,]+)', 'OUT \1', 'g');
 			routed_params := pg_catalog.format('%s, %s, OUT error text[]', signature, out_columns);
@@ -1550,6 +1576,10 @@ REVOKE ALL ON FUNCTION
 	@extschema@.tb_routed_refund(text, float8),
 	@extschema@.tb_settle(text, float8, float8),
 	@extschema@.tb_routed_settle(text, float8, float8),
+	@extschema@.tb_refund(text, float8, timestamptz),
+	@extschema@.tb_routed_refund(text, float8, timestamptz),
+	@extschema@.tb_settle(text, float8, float8, timestamptz),
+	@extschema@.tb_routed_settle(text, float8, float8, timestamptz),
 	@extschema@.tb_sync(text, float8),
 	@extschema@.tb_routed_sync(text, float8),
 	@extschema@.tb_pause(text, interval),

@@ -1,5 +1,6 @@
 /* tokenbucket_shard--1.0--1.1.sql: tb_routed_try and tb_routed_peek end
- * with tokenbucket 1.9's denied_by. */
+ * with tokenbucket 1.9's denied_by; tb_routed_refund and tb_routed_settle
+ * with 1.9's reserved_at. */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "ALTER EXTENSION tokenbucket_shard UPDATE TO '1.1'" to load this file. \quit
@@ -119,3 +120,24 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.tb_routed_peek(text, float8, float8) IS
 	'tb_peek(text, float8, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+-- tokenbucket 1.9's forms told when the reservation was made, which
+-- tokenbucket_proxy 1.5 calls (a shard still on 1.0 is given the forms
+-- without it): CALLED ON NULL INPUT, as tokenbucket's are (a NULL
+-- reserved_at is not known: to the bucket alone); PUBLIC's, as the others
+CREATE FUNCTION @extschema@.tb_routed_refund(name text, tokens float8, reserved_at timestamptz)
+RETURNS @extschema@.tb_routed_result_float8
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS '$libdir/tokenbucket', 'tb_routed_call';
+
+COMMENT ON FUNCTION @extschema@.tb_routed_refund(text, float8, timestamptz) IS
+	'tb_refund(text, float8, timestamptz) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_settle(name text, reserved float8, used float8,
+	reserved_at timestamptz)
+RETURNS @extschema@.tb_routed_result_float8
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS '$libdir/tokenbucket', 'tb_routed_call';
+
+COMMENT ON FUNCTION @extschema@.tb_routed_settle(text, float8, float8, timestamptz) IS
+	'tb_settle(text, float8, float8, timestamptz) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';

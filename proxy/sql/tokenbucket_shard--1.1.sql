@@ -17,7 +17,9 @@
 -- one value (the hot ones: no PL/pgSQL run per call), a PL/pgSQL EXCEPTION
 -- block for the others.  A cancel (57014) is not caught: it ends the call
 -- as before.  tb_routed_try and tb_routed_peek end with tokenbucket 1.9's
--- denied_by (1.1), which tokenbucket_proxy 1.5 takes by name.
+-- denied_by (1.1), which tokenbucket_proxy 1.5 takes by name, and
+-- tb_routed_refund and tb_routed_settle have 1.9's forms with reserved_at
+-- (1.1).
 --
 -- They run as their caller (not SECURITY DEFINER) and do no more than the
 -- tokenbucket function each wraps, which checks the caller's privileges as
@@ -261,6 +263,26 @@ AS '$libdir/tokenbucket', 'tb_routed_call';
 
 COMMENT ON FUNCTION @extschema@.tb_routed_settle(text, float8, float8) IS
 	'tb_settle(text, float8, float8) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+-- tokenbucket 1.9's forms told when the reservation was made (1.1):
+-- CALLED ON NULL INPUT, as tokenbucket's are (a NULL reserved_at is not
+-- known: to the bucket alone)
+CREATE FUNCTION @extschema@.tb_routed_refund(name text, tokens float8, reserved_at timestamptz)
+RETURNS @extschema@.tb_routed_result_float8
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS '$libdir/tokenbucket', 'tb_routed_call';
+
+COMMENT ON FUNCTION @extschema@.tb_routed_refund(text, float8, timestamptz) IS
+	'tb_refund(text, float8, timestamptz) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
+
+CREATE FUNCTION @extschema@.tb_routed_settle(name text, reserved float8, used float8,
+	reserved_at timestamptz)
+RETURNS @extschema@.tb_routed_result_float8
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE
+AS '$libdir/tokenbucket', 'tb_routed_call';
+
+COMMENT ON FUNCTION @extschema@.tb_routed_settle(text, float8, float8, timestamptz) IS
+	'tb_settle(text, float8, float8, timestamptz) for tokenbucket_proxy: its result, or its error as data {SQLSTATE, message, detail, hint}';
 
 CREATE FUNCTION @extschema@.tb_routed_sync(name text, remaining float8)
 RETURNS @extschema@.tb_routed_result_float8

@@ -10,14 +10,15 @@
 # install has the objects of every earlier version updated, of
 # tokenbucket_proxy and of tokenbucket_shard (proxy/test/upgrade.sql);
 # that a shard still on tokenbucket_shard 1.0 answers tb_try and tb_peek
-# with a NULL denied_by; and that a shard without tokenbucket_shard says
+# with a NULL denied_by, and a settle or refund with reserved_at to the
+# bucket alone; and that a shard without tokenbucket_shard says
 # what to create.  Prints what a good call costs each side, against
 # PL/Proxy's plain call.  Prints TAP.
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 source "$TOP/proxy/test/tap.sh"
 
-echo "1..9"
+echo "1..10"
 px_init
 for s in a proxy; do px_server "$s"; done
 px_cluster tb a:tb_p0 a:tb_p1 2>/dev/null
@@ -202,7 +203,7 @@ else
 	not_ok "a fresh install of tokenbucket_shard differs from an update" "${lines[@]}"
 fi
 
-# 7. a shard whose tokenbucket_shard is still 1.0 (tokenbucket 1.8's
+# 7-8. a shard whose tokenbucket_shard is still 1.0 (tokenbucket 1.8's
 # package, or 1.9's not yet updated) answers tb_try and tb_peek through the
 # proxy with a NULL denied_by, not an error; updated, with the level
 # that refused
@@ -217,17 +218,40 @@ try_peek() {
 		-c "SELECT concat_ws(' ', granted, coalesce(denied_by, 'NULL')) FROM tb_peek('$name')" \
 		-c "SELECT concat_ws(' ', granted, coalesce(denied_by, 'NULL')) FROM tb_peek('$name', 1, 0.1)" 2>&1 || true
 }
+# a settle and a refund with reserved_at: a shard on 1.0 gives back to the
+# bucket alone, as the forms without it do; updated, to the parent charged
+P -c "SELECT tb_create('{$name}:top', 10, 1, '1000 hours'), tb_create('{$name}:kid', 10, 1, '1000 hours'),
+             tb_set_parent('{$name}:kid', '{$name}:top')" >/dev/null
+settle_at() {
+	P -v kid="{$name}:kid" -v top="{$name}:top" <<'SQL' 2>&1 || true
+SELECT tb_reset(:'kid'), tb_reset(:'top');
+SELECT now() AS reserved_at \gset
+SELECT tb_acquire(:'kid', 6);
+SELECT round(tb_settle(:'kid', 6, 2, :'reserved_at'));
+SELECT round(remaining) FROM tb_peek(:'top', 0);
+SELECT round(tb_refund(:'kid', 1, :'reserved_at'));
+SELECT round(remaining) FROM tb_peek(:'top', 0);
+SQL
+}
 old_shard=$(try_peek)
+# (each such call costs the shard's 42883 first, and PL/Proxy a new connection)
+old_settle=$(settle_at | grep -v 'NOTICE:  PL/Proxy: dropping stale conn')
 px_psql a tb_p1 -c 'ALTER EXTENSION tokenbucket_shard UPDATE'
 new_shard=$(try_peek)
+new_settle=$(settle_at)
 if [ "$old_shard" = "$(printf '\nt NULL\nf NULL\nf NULL\nf NULL')" ] &&
 	[ "$new_shard" = "$(printf '\nt NULL\nf %s\nf %s\nf %s' "$name" "$name" "$name")" ]; then
 	ok "tb_try and tb_peek through the proxy: NULL denied_by from a shard on tokenbucket_shard 1.0, the level once updated"
 else
 	not_ok "denied_by from a shard on tokenbucket_shard 1.0" "1.0: $old_shard" "updated: $new_shard"
 fi
+if [ "$old_settle" = "$(printf '|\nt\n8\n4\n9\n4')" ] && [ "$new_settle" = "$(printf '|\nt\n8\n8\n9\n9')" ]; then
+	ok "tb_settle and tb_refund with reserved_at through the proxy: to the bucket alone on a shard on tokenbucket_shard 1.0, up the parent once updated"
+else
+	not_ok "tb_settle and tb_refund with reserved_at on a shard on tokenbucket_shard 1.0" "1.0: $old_settle" "updated: $new_settle"
+fi
 
-# 8. a shard without tokenbucket_shard: the error says what to create
+# 9. a shard without tokenbucket_shard: the error says what to create
 px_psql a tb_p1 -c 'DROP EXTENSION tokenbucket_shard' || true
 out=$(P -c "SELECT tb_acquire('$name')" 2>&1 || true)
 if grep -q 'ERROR:.*function public.tb_routed_acquire(text) does not exist' <<<"$out" &&
@@ -237,5 +261,5 @@ else
 	not_ok "a shard without tokenbucket_shard" "$out"
 fi
 
-# 9. nothing left running
+# 10. nothing left running
 px_test_stopped

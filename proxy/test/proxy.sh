@@ -35,7 +35,7 @@ h = int(hashlib.md5(key.encode()).hexdigest()[:8], 16)
 print(h & (int(sys.argv[2]) - 1))' "$@"
 }
 
-echo "1..19"
+echo "1..20"
 px_init
 for s in a b c proxy; do px_server "$s"; done
 px_cluster tb a:tb_p0 b:tb_p1 c:tb_p2 a:tb_p3 2>/dev/null
@@ -80,8 +80,8 @@ SQL
 }
 api_of a tb_direct tokenbucket >"$W/api.direct"
 api_of proxy tb tokenbucket_proxy >"$W/api.proxy"
-if [ "$(wc -l <"$W/api.direct")" -eq 26 ] && diff -u "$W/api.direct" "$W/api.proxy" >"$W/api.diff"; then
-	ok "the proxy has tokenbucket's 26 functions, the same signatures, defaults, results, labels and grants"
+if [ "$(wc -l <"$W/api.direct")" -eq 28 ] && diff -u "$W/api.direct" "$W/api.proxy" >"$W/api.diff"; then
+	ok "the proxy has tokenbucket's 28 functions, the same signatures, defaults, results, labels and grants"
 else
 	not_ok "the proxy's API differs" "$(head -n 30 "$W/api.diff")"
 fi
@@ -182,7 +182,31 @@ else
 	not_ok "tb_set_parent across shard keys" "refused $refused of 4, rows written $written" "$out"
 fi
 
-# 10-11. the stress test's window check, 64 sessions through the proxy: a hot
+# 10. a settle or refund told when its reservation was made (reserved_at,
+# the proxy's now() before the call that reserved) gives back up the link
+# of tb_parents written before it, to the parent charged; without it, to
+# the bucket alone
+got=$(P -At <<'SQL' 2>&1 || true
+SELECT tb_create('{org}:top', 10, 1, '1000 hours'), tb_create('{org}:kid', 10, 1, '1000 hours'),
+       tb_set_parent('{org}:kid', '{org}:top');
+SELECT now() AS reserved_at \gset
+SELECT tb_acquire('{org}:kid', 6);
+SELECT round(remaining) FROM tb_peek('{org}:top', 0);
+SELECT round(tb_settle('{org}:kid', 6, 2, :'reserved_at'));
+SELECT round(remaining) FROM tb_peek('{org}:top', 0);
+SELECT round(tb_refund('{org}:kid', 1, :'reserved_at'));
+SELECT round(remaining) FROM tb_peek('{org}:top', 0);
+SELECT round(tb_refund('{org}:kid', 1));
+SELECT round(remaining) FROM tb_peek('{org}:top', 0);
+SQL
+)
+if [ "$got" = "$(printf '||\nt\n4\n8\n8\n9\n9\n10\n9')" ]; then
+	ok "tb_settle and tb_refund with reserved_at through the proxy give back to the parent charged, without it to the bucket alone"
+else
+	not_ok "tb_settle and tb_refund with reserved_at through the proxy" "got: $got"
+fi
+
+# 11-12. the stress test's window check, 64 sessions through the proxy: a hot
 # bucket, per-user buckets from a template, a tagged pair taken together.
 # Each grant is recorded with the proxy's clock just before and just after
 # the call; all servers share this machine's clock.  The first seconds go
@@ -232,7 +256,7 @@ else
 	not_ok "windows through the proxy" "checked, overdrawn: $checked; grants: $grants"
 fi
 
-# 12-13. a statement_timeout on the proxy ends a wait, on the shard too: the
+# 13-14. a statement_timeout on the proxy ends a wait, on the shard too: the
 # waiting call is cancelled there and takes nothing later
 P -c "SELECT tb_create('slow', 1, 1, '4 s'), tb_acquire('slow')" >/dev/null
 p=$(P -c "SELECT tb_shard('slow')")
@@ -264,7 +288,7 @@ else
 		"peek: $(P -c "SELECT * FROM tb_peek('slow')")"
 fi
 
-# 14-16. one shard down: its buckets fail, naming it; the others go on;
+# 15-17. one shard down: its buckets fail, naming it; the others go on;
 # back up, it serves again
 P -c "SELECT tb_create('b' || i, 5, 1) FROM generate_series(1, 40) AS i" >/dev/null
 px_stop c
@@ -305,7 +329,7 @@ else
 	not_ok "after the restart, $ok_again of $down buckets answer"
 fi
 
-# 17-18. privileges: a role gets what tokenbucket gives it, no more
+# 18-19. privileges: a role gets what tokenbucket gives it, no more
 P <<'SQL' >/dev/null
 CREATE ROLE regress_tb_proxy_worker;
 GRANT USAGE ON FOREIGN SERVER tokenbucket TO regress_tb_proxy_worker;
@@ -320,15 +344,16 @@ fi
 denied=0
 for call in "tb_create('x', 1, 1)" "tb_create('x:*', 1, 1)" "tb_drop('b1')" "tb_purge()" \
 	"tb_refund('b1', 1)" "tb_pause('b1', '1 s')" "tb_reset('b1')" "tb_alter('b1', 2)" \
-	"* FROM tb_status" "tb_shards_drop('b1')"; do
+	"* FROM tb_status" "tb_shards_drop('b1')" "tb_refund('b1', 1, now())" \
+	"tb_settle('b1', 1, 1, now())"; do
 	out=$(P -c "SET ROLE regress_tb_proxy_worker" -c "SELECT $call" 2>&1 || true)
 	grep -q 'permission denied' <<<"$out" && denied=$((denied + 1))
 done
-if [ $denied -eq 10 ]; then
-	ok "the same role may not make, change, drop, purge, refund, pause, reset or read tb_status"
+if [ $denied -eq 12 ]; then
+	ok "the same role may not make, change, drop, purge, refund, settle, pause, reset or read tb_status"
 else
-	not_ok "only $denied of 10 privileged calls were refused"
+	not_ok "only $denied of 12 privileged calls were refused"
 fi
 
-# 19. nothing left running
+# 20. nothing left running
 px_test_stopped

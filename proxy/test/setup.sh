@@ -160,18 +160,20 @@ fi
 out=$(as "${APP[@]}" -c "SELECT tb_acquire('openai:rpm'), tb_acquire('user:42'), granted FROM tb_try('user:43')" 2>&1 || true)
 denied=0
 for call in "tb_create('x', 1, 1)" "tb_drop('user:*')" "tb_purge()" "tb_refund('user:42', 1)" \
-	"count(*) FROM tb_status" "count(*) FROM tb_stats" "tb_stats_reset()"; do
+	"tb_settle('user:42', 1, 1, now())" "count(*) FROM tb_status" "count(*) FROM tb_stats" \
+	"tb_stats_reset()"; do
 	{ as "${APP[@]}" -c "SELECT $call" 2>&1 || true; } | grep -q 'permission denied' && denied=$((denied + 1))
 done
-if [ "$out" = "t|t|t" ] && [ $denied -eq 7 ]; then
-	ok "app (scram login to the proxy) spends; making, dropping, purging, refunding, reading and resetting are refused"
+if [ "$out" = "t|t|t" ] && [ $denied -eq 8 ]; then
+	ok "app (scram login to the proxy) spends; making, dropping, purging, refunding, settling, reading and resetting are refused"
 else
-	not_ok "app through the proxy" "$out" "$denied of 7 refused"
+	not_ok "app through the proxy" "$out" "$denied of 8 refused"
 fi
 out=$(as "${DBA[@]}" <<'SQL' 2>&1 || true
 SELECT tb_create('tmp:*', 5, 1), tb_create('{t}:x', 5, 1, '1000 hours');
 SELECT tb_alter('user:*', 20);
 SELECT tb_refund('{t}:x', 1) >= 0;
+SELECT tb_refund('{t}:x', 1, now()) >= 0, tb_settle('{t}:x', 2, 1, now()) >= 0;
 SELECT count(*) > 0 FROM tb_status WHERE name = 'openai:rpm';
 SELECT sum(granted) > 0 FROM tb_stats;
 SELECT count(*) FROM tb_template_stats WHERE template = 'user:*';
@@ -179,8 +181,8 @@ SELECT tb_stats_reset('openai:rpm');
 SELECT tb_purge('1 hour') >= 0, tb_drop('tmp:*'), tb_drop('{t}:x');
 SQL
 )
-if [ "$out" = "$(printf '|\n\nt\nt\nt\n1\n\nt|t|t')" ]; then
-	ok "dba through the proxy: makes, alters, refunds, reads tb_status, tb_stats and tb_template_stats, resets, purges, drops"
+if [ "$out" = "$(printf '|\n\nt\nt|t\nt\nt\n1\n\nt|t|t')" ]; then
+	ok "dba through the proxy: makes, alters, refunds and settles (with reserved_at too), reads tb_status, tb_stats and tb_template_stats, resets, purges, drops"
 else
 	not_ok "dba through the proxy" "$out"
 fi

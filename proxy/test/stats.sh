@@ -145,9 +145,9 @@ else
 fi
 yaml_query tokenbucket_quota >"$W/quota.sql"
 quotas=$(P -c "SET ROLE regress_tb_monitoring" -F ' ' -f "$W/quota.sql" 2>&1 |
-	awk '{ print $1, $3, $4, ($5 > 1.7e9) }' | sort | paste -sd ' ')
-if [ "$quotas" = "q1 10 90 1 q2 20 80 1 q3 30 70 1 q4 40 60 1 q5 50 50 1 q6 60 40 1 q7 70 30 1 q8 80 20 1" ]; then
-	ok "prometheus/tokenbucket.yaml's quota family on the proxy, as a monitoring role: each quota's spend"
+	awk '{ print $1, $3, $4, ($5 > 1.7e9), $6 }' | sort | paste -sd ' ')
+if [ "$quotas" = "q1 10 90 1 100 q2 20 80 1 100 q3 30 70 1 100 q4 40 60 1 100 q5 50 50 1 100 q6 60 40 1 100 q7 70 30 1 100 q8 80 20 1 100" ]; then
+	ok "prometheus/tokenbucket.yaml's quota family on the proxy, as a monitoring role: each quota's spend and budget"
 else
 	not_ok "the exporter's quotas on the proxy" "$quotas"
 fi
