@@ -17,6 +17,7 @@ make_interval.
 """
 from __future__ import annotations
 
+import collections
 import math
 import random
 import re
@@ -209,6 +210,8 @@ class Statements:
                      f"make_interval(secs => $3::float8), $4::float8)",
             "lease_wait": f"SELECT {s}tb_lease_wait($1::text, $2::int4, 'session', "
                           f"make_interval(secs => $3::float8), make_interval(secs => $4::float8), $5::float8)",
+            "lease_all": f"SELECT {s}tb_lease_all($1::text, $2::text[], $3::float8[], $4::int4, "
+                         f"'session', make_interval(secs => $5::float8), $6::float8)",
             "release": f"SELECT {s}tb_release($1::int8)",
             "has_ensure": "SELECT to_regprocedure($1::text) IS NOT NULL",
             "ensure": f"SELECT {s}tb_ensure($1::text, $2::float8, $3::float8, "
@@ -283,6 +286,13 @@ def lease_call(st: Statements, name: str, slots: int, timeout: Duration | None,
     if wait == 0:
         return st["lease"], (name, slots, seconds(ttl), reserve)
     return st["lease_wait"], (name, slots, seconds(ttl), wait, reserve)
+
+
+def lease_all_call(st: Statements, name: str, slots: int, costs: dict[str, float],
+                   ttl: Duration | None, reserve: float | None) -> tuple[str, tuple[Any, ...]]:
+    """tb_lease_all: the lease and the tokens, all or nothing, never waiting."""
+    names, values = list(costs), list(costs.values())
+    return st["lease_all"], (name, names, values, slots, seconds(ttl), reserve)
 
 
 def leased(rows: Rows, name: str) -> int:
@@ -429,7 +439,65 @@ class Sleep:
     seconds: float
 
 
-Plan = Generator[Union[Run, Sleep], Any, T]
+@dataclass(slots=True)
+class Keep:
+    """A step of a plan: run one statement on the connection that holds
+    the process's leases (see Limiter.lease); (its rows, how many leases the
+    process had released just before it ran) are sent back."""
+    sql: str
+    params: tuple[Any, ...]
+    frees: bool = False     # a release: wakes a waiter of this process once it ran
+
+
+@dataclass(slots=True)
+class Freed:
+    """A step of a plan: sleep until this process releases a lease after
+    the seen-th (woken one waiter at a time, in order), or for seconds at
+    most (a lease released by another process is seen only by asking again)."""
+    seen: int
+    seconds: float
+
+
+# the longest pause between two asks for a slot another process may free
+LEASE_POLL = 0.25
+
+
+class Turns:
+    """Whose turn it is to wait for a limit's slots, per limit, in this
+    process: the first caller takes it at once, the others queue (FIFO) and
+    ask the server nothing meanwhile, so that a hundred waiters of one
+    process cost its lease connection one try at a time, not a hundred.
+    Waiting for a turn is the driver's (a threading.Event or a future in
+    each queued entry); the bookkeeping is here."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, Any] = {}      # name -> deque of waiters (held while present)
+
+    def enter(self, name: str, make: Any) -> Any:
+        """None when the turn is the caller's now, else a waiter queued."""
+        queue = self.queues.get(name)
+        if queue is None:
+            self.queues[name] = collections.deque()
+            return None
+        waiter = make()
+        queue.append(waiter)
+        return waiter
+
+    def leave(self, name: str) -> Any:
+        """The waiter whose turn it is now (to be woken), or None."""
+        queue = self.queues[name]
+        if queue:
+            return queue.popleft()
+        del self.queues[name]
+        return None
+
+    def drop(self, name: str, waiter: Any) -> None:
+        """A waiter that gave up before its turn came."""
+        self.queues[name].remove(waiter)
+
+Plan = Generator[Union[Run, Sleep, Keep, Freed], Any, T]
+# what a reservation's grant took: its costs, the decision, its lease or None
+Granted = tuple[dict[str, float], "Decision", Union[int, None]]
 C = TypeVar("C", bound="Core")
 
 
@@ -531,6 +599,76 @@ class Core:
                               decision.retry_after, decision)
         return c, decision
 
+    # -- in-flight limits
+
+    def _lease(self, name: str, slots: int, timeout: Duration | None, ttl: Duration | None,
+               reserve: float | None, costs: dict[str, float] | None) -> Plan[int]:
+        """A session lease on the process's lease connection (tb_lease, or
+        tb_lease_all with costs: the tokens too, all or nothing), waiting
+        here up to timeout (None: no limit) and holding no connection while
+        it waits: woken by a release of this process, else asking again
+        after a pause that doubles up to LEASE_POLL; with costs refused, on
+        the buckets' retry_after (plus up to jitter times it).  RateLimited
+        when not had in time.  The driver lets one waiter of a process per
+        limit run this at a time (Turns), so that the others ask nothing."""
+        st = self._st or (yield from self._statements())
+        limit = seconds(timeout)
+        deadline = None if limit is None else time.monotonic() + limit
+        if costs is None:
+            sql, params = lease_call(st, name, slots, 0, ttl, reserve)
+        else:
+            sql, params = lease_all_call(st, name, slots, costs, ttl, reserve)
+        poll = 0.005
+        while True:
+            rows, seen = yield Keep(sql, params)
+            if rows[0][0] is not None:
+                return int(rows[0][0])
+            now = time.monotonic()
+            left = math.inf if deadline is None else deadline - now
+            decision = None
+            if costs is not None:
+                decision = yield from self._peek(costs, None, reserve)
+                if not decision.granted:
+                    if decision.retry_after > left:
+                        raise RateLimited(f"not granted within {limit} s",
+                                          decision.retry_after, decision)
+                    pause = decision.retry_after * (1 + random.uniform(0, self.jitter))
+                    yield Sleep(min(max(pause, 0.001), left))
+                    continue
+            if left <= 0:
+                raise RateLimited(f"no free slot of {name}", math.nan, decision)
+            yield Freed(seen, min(poll, left))
+            poll = min(poll * 2, LEASE_POLL)
+
+    def _unlease(self, lease: int) -> Plan[None]:
+        """tb_release on the lease connection; a lost connection freed it already."""
+        st = self._st or (yield from self._statements())
+        try:
+            yield Keep(st["release"], (lease,), True)
+        except OutcomeUnknown:
+            pass
+
+    def _reserve_leased(self, costs: Costs, cost: float | None, timeout: Duration | None,
+                        reserve: float | None, lease: str, slots: int,
+                        ttl: Duration | None) -> Plan[Granted]:
+        """reserve(lease=...): the lease and the tokens together (tb_lease_all)."""
+        c = costs_of(costs, cost)
+        held = yield from self._lease(lease, slots, timeout, ttl, reserve, c)
+        return c, waited(True), held
+
+    def _reserved(self, costs: Costs, cost: float | None, timeout: Duration | None,
+                  reserve: float | None, wait: str) -> Plan[Granted]:
+        c, decision = yield from self._reserve(costs, cost, timeout, reserve, wait)
+        return c, decision, None
+
+    def _ungrant(self, got: Granted) -> Plan[None]:
+        """Undo a grant a cancellation cut short: refund, release."""
+        try:
+            yield from self._refund(got[0], None)
+        finally:
+            if got[2] is not None:
+                yield from self._unlease(got[2])
+
     # -- after a call
 
     def _apply(self, key: str, name: str | Mapping[str, Any], values: dict[str, float],
@@ -620,13 +758,18 @@ class ReservationCore:
     call, and the plans that settle them exactly once (see Reservation)."""
 
     def __init__(self, limiter: Core, costs: dict[str, float], decision: Decision,
-                 mapping: Mapping[str, str]) -> None:
+                 mapping: Mapping[str, str], lease: int | None = None) -> None:
         self.limiter = limiter
         self.costs = costs
         self.decision = decision
         self.mapping = mapping
         self.settled = False
         self.observation: _headers.Observation | None = None
+        self.lease = lease          # the lease taken with the tokens, until released
+
+    def _unlease(self) -> int | None:
+        lease, self.lease = self.lease, None
+        return lease
 
     def _used(self, used: float | Mapping[str, float]) -> dict[str, float]:
         if isinstance(used, Mapping):
