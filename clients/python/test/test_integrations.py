@@ -40,6 +40,7 @@ def test_celery_retries_with_countdown(admin, name):
     result = work.apply(args=(2,))                       # 2 > 1.5: not now
     assert result.state == "RETRY" and len(countdowns) == 1
     assert 4.5 < countdowns[0] < 7.0                     # 0.5 tokens at 0.1 a second, + jitter
+    assert abs(tokens(admin, name) + 0.5) < 0.1          # booked: taken now, into debt
     assert ran == [True, True]
     lim.close()
 

@@ -321,15 +321,6 @@ class Backoff:
         return retry_after + random.uniform(0, self.window)
 
 
-def spread(retry_after: float, refusals: int, jitter: float, max_jitter: float) -> float:
-    """Backoff's sleep for a waiter that keeps nothing between tries but how
-    many were refused (a Celery task's retries): retry_after plus a random
-    part of a tenth of it (jitter), doubled with each refusal, up to
-    max_jitter."""
-    window = min(max_jitter, max(retry_after * jitter, 0.001) * 2 ** min(refusals, 30))
-    return retry_after + random.uniform(0, window)
-
-
 # ---- errors -------------------------------------------------------------------------
 
 def failure(exc: Exception, *, safe: bool, again: bool) -> tuple[TokenBucketError | None, bool]:
@@ -668,6 +659,14 @@ class Core:
         finally:
             if got[2] is not None:
                 yield from self._unlease(got[2])
+
+    def _book(self, costs: dict[str, float]) -> Plan[float]:
+        """Take the costs now, into debt if need be (tb_settle of nothing
+        reserved): seconds until the buckets are out of the debt this
+        leaves, when the tokens are the booker's in turn (the callers who
+        booked before it first)."""
+        yield from self._settle({n: (0.0, c) for n, c in costs.items()}, None, None)
+        return (yield from self._peek({n: 0.0 for n in costs}, None, None)).retry_after
 
     # -- after a call
 
