@@ -67,7 +67,14 @@ def test_wsgi_flask(admin, name):
     assert client.get("/hello?user=bob").status_code == 200
     for bad in ("*", "alice*", "a" * 65, "al ice", "\u00e5sa", ""):
         assert client.get("/hello", query_string={"user": bad}).status_code == 400
-    assert client.get("/hello").status_code == 200        # no key: not limited
+    keyless = client.get("/hello")                        # no key: refused by default
+    assert keyless.status_code == 400 and keyless.data == b"missing key\n"
+    app.wsgi_app = WSGIMiddleware(app.wsgi_app.app, lim, key=from_query("user"), prefix=name,
+                                  missing_status=401)
+    assert client.get("/hello").status_code == 401
+    app.wsgi_app = WSGIMiddleware(app.wsgi_app.app, lim, key=from_query("user"), prefix=name,
+                                  required=False)
+    assert client.get("/hello").status_code == 200       # let through, unlimited, on purpose
     n = admin.execute("SELECT count(*) FROM tb_status WHERE template = %s",
                       (name + "*",)).fetchone()[0]
     assert n == 2                                         # bad keys made no bucket
@@ -88,7 +95,7 @@ async def test_asgi(admin, name):
     lim = tokenbucket.AsyncLimiter(url())
     app = Starlette(routes=[Route("/hello", hello)])
     app.add_middleware(ASGIMiddleware, limiter=lim, key=from_header("X-API-Key"),
-                       prefix=name, required=True)
+                       prefix=name)                       # refusing a keyless request by default
 
     async def get(key):
         sent = []
@@ -109,7 +116,7 @@ async def test_asgi(admin, name):
     answers = [await get("k1") for _ in range(3)]
     assert [s for s, _ in answers] == [200, 200, 429]
     assert answers[2][1]["retry-after"] == "3600" and "ratelimit" in answers[2][1]
-    assert (await get(None))[0] == 400                    # required
+    assert (await get(None))[0] == 400                    # required by default
     assert (await get("k*"))[0] == 400
     await lim.close()
 
