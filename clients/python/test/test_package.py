@@ -54,3 +54,19 @@ def test_installs_offline(tmp_path):
     assert Path(where).is_relative_to(venv) and "site-packages" in where
     assert version == installed == tokenbucket.__version__
     assert typed == "True"
+
+
+def test_checkout_root_imports_the_client():
+    """From the checkout's root, where make leaves tokenbucket.so (the
+    PostgreSQL library, which Python would take for an extension module),
+    import tokenbucket and python -m tokenbucket.alerts load the client."""
+    top = PACKAGE.parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = "import tokenbucket, tokenbucket.alerts; print(tokenbucket.__file__)"
+    run = subprocess.run([sys.executable, "-c", probe], cwd=top, capture_output=True,
+                         text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    assert Path(run.stdout.strip()).resolve() == PACKAGE / "tokenbucket" / "__init__.py"
+    run = subprocess.run([sys.executable, "-m", "tokenbucket.alerts", "--help"], cwd=top,
+                         capture_output=True, text=True, env=env)
+    assert run.returncode == 0 and "usage" in run.stdout, run.stderr
