@@ -9,11 +9,12 @@ import collections
 import contextlib
 import math
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping, cast
 
 from . import _core, _drivers, headers as _headers
-from ._core import Costs, Decision, Duration, Freed, Keep, Plan, Run, T
+from ._core import Costs, Decision, Duration, Freed, Keep, Plan, Quota, Run, T
 from .errors import ForkedConnection, RateLimited, TokenBucketError, TransactionInProgress
 
 
@@ -615,6 +616,27 @@ class AsyncLimiter(_core.Core):
                     err_ = _core.release_failure(exc)
                     if err_ is not None:
                         raise err_ from exc
+
+    # -- budgets (extension 1.9): as Limiter's
+
+    async def cost(self, model: str, input_tokens: int, output_tokens: int = 0,
+                   cached: int = 0) -> Decimal:
+        return await self._drive(self._cost(model, input_tokens, output_tokens, cached))
+
+    async def ensure_quota(self, name: str, budget: float, period: str | timedelta, *,
+                           time_zone: str = "UTC", starts: datetime | None = None,
+                           carry_max: float = 0, memory: bool = False) -> str:
+        return await self._drive(self._ensure_quota(name, budget, period, time_zone, starts,
+                                                    carry_max, memory))
+
+    async def set_parent(self, child: str, parent: str | None) -> None:
+        await self._drive(self._set_parent(child, parent))
+
+    async def set_alerts(self, bucket: str, thresholds: Iterable[float]) -> None:
+        await self._drive(self._set_alerts(bucket, thresholds))
+
+    async def quotas(self, prefix: str | None = None) -> list[Quota]:
+        return await self._drive(self._quotas(prefix))
 
     async def ensure(self, name: str, capacity: float, refill: float, per: Duration = 1.0,
                      memory: bool = False) -> str:

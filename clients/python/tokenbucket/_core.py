@@ -24,6 +24,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, Generator, Iterable, Mapping, TypeVar, Union
 
 from . import _drivers, headers as _headers
@@ -67,6 +68,26 @@ class Decision:
 
     def __bool__(self) -> bool:
         return self.granted
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A quota's spend in its current period (a row of tb_quotas): budget
+    (tokens added at each period's start), capacity, remaining (below 0: in
+    debt), spent (budget - remaining, at least 0), period (as PostgreSQL
+    writes it: '1 mon', '1 day'), time_zone, period_start and period_end,
+    memory, and the template it was made from (or None)."""
+    name: str
+    budget: float
+    capacity: float
+    remaining: float
+    spent: float
+    period: str
+    time_zone: str
+    period_start: datetime
+    period_end: datetime
+    memory: bool
+    template: str | None
 
 
 def combine(rows: Rows, names: list[str] | None = None) -> Decision:
@@ -221,6 +242,15 @@ class Statements:
             "create": f"SELECT {s}tb_create($1::text, $2::float8, $3::float8, "
                       f"make_interval(secs => $4::float8), $5::bool)",
             "create_limit": f"SELECT {s}tb_create_limit($1::text, $2::int4, $3::bool)",
+            # budgets (extension 1.9): numeric as text, read into a Decimal
+            "cost": f"SELECT {s}tb_cost($1::text, $2::int8, $3::int8, $4::int8)::text",
+            "ensure_quota": f"SELECT {s}tb_ensure_quota($1::text, $2::float8, $3::text::interval, "
+                            f"$4::text, $5::timestamp, $6::float8, $7::bool)",
+            "set_parent": f"SELECT {s}tb_set_parent($1::text, $2::text)",
+            "set_alerts": f"SELECT {s}tb_set_alerts($1::text, $2::float8[])",
+            "quotas": f"SELECT name, budget, capacity, remaining, spent, period::text, time_zone, "
+                      f"period_start, period_end, memory, template FROM {s}tb_quotas "
+                      f"WHERE starts_with(name, coalesce($1::text, '')) ORDER BY name",
         }
         self.prefix = s
         for text in sql.values():   # "%s" takes parameters in the order written
@@ -720,6 +750,36 @@ class Core:
                 yield from self._pause(targets, pause_for)
                 obs.paused = {n: pause_for for n in targets}
         return obs
+
+    # -- budgets
+
+    def _cost(self, model: str, input_tokens: int, output_tokens: int,
+              cached: int) -> Plan[Decimal]:
+        st = yield from self._statements()
+        rows = yield Run(st["cost"], (model, input_tokens, output_tokens, cached), True)
+        return Decimal(rows[0][0])
+
+    def _ensure_quota(self, name: str, budget: float, period: str | timedelta, time_zone: str,
+                      starts: datetime | None, carry_max: float, memory: bool) -> Plan[str]:
+        if isinstance(period, timedelta):
+            period = f"{period.total_seconds()} seconds"
+        st = yield from self._statements()
+        rows = yield Run(st["ensure_quota"], (name, float(budget), period, time_zone, starts,
+                                              float(carry_max), memory), True)
+        return str(rows[0][0])
+
+    def _set_parent(self, child: str, parent: str | None) -> Plan[None]:
+        st = yield from self._statements()
+        yield Run(st["set_parent"], (child, parent), True)
+
+    def _set_alerts(self, bucket: str, thresholds: Iterable[float]) -> Plan[None]:
+        st = yield from self._statements()
+        yield Run(st["set_alerts"], (bucket, [float(t) for t in thresholds]), True)
+
+    def _quotas(self, prefix: str | None) -> Plan[list[Quota]]:
+        st = yield from self._statements()
+        rows = yield Run(st["quotas"], (prefix,), True)
+        return [Quota(*row) for row in rows]
 
     # -- set-up
 

@@ -10,11 +10,12 @@ import contextlib
 import math
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, Callable, Iterable, Iterator, Mapping, cast
 
 from . import _core, _drivers, headers as _headers
-from ._core import Costs, Decision, Duration, Freed, Keep, Plan, Run, T
+from ._core import Costs, Decision, Duration, Freed, Keep, Plan, Quota, Run, T
 from .errors import ForkedConnection, RateLimited, TokenBucketError
 
 
@@ -581,6 +582,38 @@ class Limiter(_core.Core):
                     err_ = _core.release_failure(exc)
                     if err_ is not None:
                         raise err_ from exc
+
+    # -- budgets (extension 1.9)
+
+    def cost(self, model: str, input_tokens: int, output_tokens: int = 0,
+             cached: int = 0) -> Decimal:
+        """What a call costs by the price of model in force now (tb_cost),
+        exact, in the price's currency: input_tokens counts every input
+        token, cached those of them read from the provider's cache."""
+        return self._drive(self._cost(model, input_tokens, output_tokens, cached))
+
+    def ensure_quota(self, name: str, budget: float, period: str | timedelta, *,
+                     time_zone: str = "UTC", starts: datetime | None = None,
+                     carry_max: float = 0, memory: bool = False) -> str:
+        """A quota of budget tokens at each start of period ('1 month',
+        '1 day', or a timedelta) by the calendar of time_zone, made if
+        missing: 'created', 'changed' or 'unchanged' (tb_ensure_quota)."""
+        return self._drive(self._ensure_quota(name, budget, period, time_zone, starts,
+                                              carry_max, memory))
+
+    def set_parent(self, child: str, parent: str | None) -> None:
+        """Charge parent with every grant of child (None: no parent; tb_set_parent)."""
+        self._drive(self._set_parent(child, parent))
+
+    def set_alerts(self, bucket: str, thresholds: Iterable[float]) -> None:
+        """A quota's alert thresholds, shares of its budget spent (tb_set_alerts;
+        empty: none)."""
+        self._drive(self._set_alerts(bucket, thresholds))
+
+    def quotas(self, prefix: str | None = None) -> list[Quota]:
+        """Each quota's spend in its current period (tb_quotas), those whose
+        name starts with prefix when given."""
+        return self._drive(self._quotas(prefix))
 
     # -- set-up
 
