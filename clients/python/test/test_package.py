@@ -70,3 +70,27 @@ def test_checkout_root_imports_the_client():
     run = subprocess.run([sys.executable, "-m", "tokenbucket.alerts", "--help"], cwd=top,
                          capture_output=True, text=True, env=env)
     assert run.returncode == 0 and "usage" in run.stdout, run.stderr
+
+
+def test_readme_venv_steps_with_another_python_first_on_path(tmp_path):
+    """README's venv commands, run as written (less apt-get) in a shell
+    whose PATH finds another python3 first (pyenv's 3.11, which has no
+    wheel: "invalid command 'bdist_wheel'"), install the client."""
+    readme = (PACKAGE / "README.md").read_text()
+    block = readme.split("**Into a virtual environment**", 1)[1].split("```sh\n", 1)[1]
+    commands = [c for c in block.split("```", 1)[0].splitlines()
+                if c.strip() and not c.startswith("apt-get")]
+    src = tmp_path / "src" / "clients" / "python"
+    shutil.copytree(PACKAGE, src, ignore=shutil.ignore_patterns(
+        "build", "*.egg-info", "__pycache__", ".mypy_cache"))
+    script = "set -e\n" + "\n".join(c.split("#")[0].replace("/opt/app/venv", str(tmp_path / "venv"))
+                                    for c in commands)
+    other = [p for p in ("/root/.pyenv/versions/3.11.7/bin",) if Path(p, "python3").exists()]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = ":".join(other + [env.get("PATH", "/usr/bin:/bin")])
+    run = subprocess.run(["bash", "-c", script], cwd=tmp_path / "src", capture_output=True,
+                         text=True, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    probe = subprocess.run([str(tmp_path / "venv/bin/python"), "-c", "import tokenbucket"],
+                           cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert probe.returncode == 0, probe.stderr
