@@ -377,3 +377,41 @@ def test_celery_readme_example_two_tries_per_success(admin, name, provider):
     assert len(served) == 200 and p["refused"] == 0
     assert tries <= 2 * len(served)
     lim.close()
+
+
+def test_celery_prefork_holds_leases(admin, name, provider):
+    """tokenbucket.celery.limited(lease=...): 40 tasks on 4 worker processes,
+    a limit of 2 in flight at a provider that refuses a third: each task's
+    slot is taken with its token and held while its body runs, in its
+    worker's lease connection; none refused, none over."""
+    import json
+    import urllib.request
+    from celery import Celery
+    import tokenbucket.celery as tbc
+
+    base = provider(rpm=1000, tpm=1e9, window=1, latency=0.05, concurrency=2)
+    rpm, inflight = name + "rpm", name + "inflight"
+    make_bucket(admin, rpm, 10, 500)
+    admin.execute("SELECT tb_create_limit(%s, 2)", (inflight,))
+    lim = tokenbucket.Limiter(conninfo(), driver="psycopg2")
+    celery = Celery("tb_test_lease", broker="memory://", backend="cache+memory://")
+
+    @celery.task(bind=True, max_retries=None)
+    @tbc.limited(lim, {rpm: 1}, lease=inflight)
+    def call(self, n, reservation=None):
+        assert reservation.lease is not None
+        request = urllib.request.Request(base + "/v1/complete", data=b'{"prompt_tokens": 1}',
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request) as answer:
+            return answer.status
+
+    served, tries = prefork(call, 40)
+    with urllib.request.urlopen(base + "/stats") as answer:
+        p = json.load(answer)
+    print(f"# 40 tasks with leases: {tries} tries, provider at most {p['max_in_flight']} "
+          f"in flight, refused {p['refused_in_flight']}")
+    assert sorted(n for n, _ in served) == list(range(40)) and {v for _, v in served} == {200}
+    assert p["max_in_flight"] <= 2 and p["refused_in_flight"] == 0
+    assert admin.execute("SELECT count(*) FROM tb_leases WHERE name = %s",
+                         (inflight,)).fetchone()[0] == 0
+    lim.close()
