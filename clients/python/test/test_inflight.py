@@ -85,14 +85,18 @@ async def test_lease_and_reservation_keep_the_rate(admin, name):
                 await nested.call()
                 await r.observe(200, HEADERS)
 
-    base = await run(TASKS, two_pools)
-    await asyncio.sleep(0.2)
-    new = await run(TASKS, lease_with_reservation)
-    await asyncio.sleep(0.2)
+    # each way twice, taking turns, the better of its two runs: a spell of
+    # this busy machine's slowness falls on both alike
+    base = new = 0.0
+    for _ in range(2):
+        base = max(base, await run(TASKS, two_pools))
+        await asyncio.sleep(0.2)
+        new = max(new, await run(TASKS, lease_with_reservation))
+        await asyncio.sleep(0.2)
     old_form = await run(TASKS, lease_then_reservation)
     print(f"calls/s: two pools {base:.1f}, reserve(lease=) {new:.1f}, "
           f"lease then reserve {old_form:.1f} (limits: {RATE}/s, {SLOTS / LATENCY:.0f}/s)")
-    assert two.done == together.done == nested.done == CALLS
+    assert two.done == together.done == 2 * CALLS and nested.done == CALLS
     assert two.most <= SLOTS and together.most <= SLOTS and nested.most <= SLOTS
     assert new >= 0.9 * base and old_form >= 0.9 * base
     # one pool of 5 and the lease connection: never more
