@@ -18,7 +18,7 @@ ISOLATION = race_last_token wait_uncommitted rollback_returns all_or_nothing \
 	memory_committed lease_last_slot lease_memory_last_slot reserve_race \
 	template_copy xact_prepare give_back_buckets give_back_limits ensure_race \
 	lease_kinds_held deny_committed hierarchy_cache hierarchy_team alerts_notify \
-	ensure_quota_race period_boundary
+	ensure_quota_race period_boundary memory_rollback_refill
 ISOLATION_OPTS = --inputdir=test/isolation
 
 # warnings are errors; silence only what PostgreSQL's own headers trigger

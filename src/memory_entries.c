@@ -38,6 +38,11 @@
  * have granted its current period already.  Only an entry that is full is
  * ever removed to make room.
  *
+ * Open takes.  While takes not yet committed are open on an entry, it
+ * keeps what they took and the lowest deficit less that seen since the
+ * oldest of them, so that a rollback gives back no more than the bucket
+ * would hold had its take never been made (memory_give_back()).
+ *
  * What a clean shutdown saves, and the start reads back, is
  * memory_state.c's; what the views show of the entries, memory_list.c's.
  *
@@ -47,6 +52,8 @@
  */
 #include "postgres.h"
 
+#include <float.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,6 +70,7 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
+#include "utils/float.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
@@ -388,6 +396,7 @@ init_entry(MemoryEntry *entry, uint32 hashcode, MemoryTemplate *template,
 	entry->waiter = -1;
 	entry->pins = 0;
 	entry->bucket = *state;
+	entry->open_takes = 0;
 	memset(&entry->counters, 0, sizeof(StatsCounts));
 	link_entry(entry);
 }
@@ -646,6 +655,9 @@ memory_rekey(MemoryEntry *entry, const MemoryKey *key)
 	moved->waiter = copy.waiter;
 	moved->pins = copy.pins;
 	moved->bucket = copy.bucket;
+	moved->open_tokens = copy.open_tokens;
+	moved->open_low = copy.open_low;
+	moved->open_takes = copy.open_takes;
 	moved->counters = copy.counters;
 	link_entry(moved);
 	return true;
@@ -832,6 +844,108 @@ memory_wake(int waiter)
 {
 	if (waiter >= 0)
 		SetLatch(&GetPGProcByNumber(waiter)->procLatch);
+}
+
+/*
+ * Before a change of "entry"'s tokens at "now" (under its spinlock): while
+ * takes are open, the lowest deficit, less what they took, is kept, or 0
+ * when that is lower (all a rollback needs).  Between changes a deficit
+ * only falls (refill), so its lowest over any time is one of those seen
+ * just before a change, or the present one.  It is kept as a float4
+ * rounded down (so that the entry keeps its cache lines), which only gives
+ * back less, by a part in ten million of it at most.
+ */
+void
+memory_open_note(MemoryEntry *entry, TimestampTz now)
+{
+	double		low;
+	float4		rounded;
+
+	if (entry->open_takes == 0)
+		return;
+	low = fmin(entry->open_low,
+			   bucket_deficit_at(&entry->bucket, now) - entry->open_tokens);
+	if (low >= 0)
+		return;
+	rounded = low < -FLT_MAX ? -get_float4_infinity() : (float4) low;
+	entry->open_low = (double) rounded > low ? nextafterf(rounded, -FLT_MAX) : rounded;
+}
+
+/*
+ * A take of "tokens" (above zero) that a rollback would give back was
+ * made on "entry" (under its spinlock, noted before), and is counted in
+ * "opened" and "opens" (its undo record's) and the entry's open takes: the
+ * first open one starts the lowest deficit anew.  A count that would
+ * overflow stays -1 for the entry's life: then the lowest is never started
+ * anew, which gives back less, never more.  A provisional entry's counts
+ * nothing: only its own transaction changes it, whose deeper levels end
+ * first, so a rollback there capped at the capacity is exact already.
+ */
+void
+memory_open_add(MemoryEntry *entry, double tokens, double *opened, int64 *opens)
+{
+	*opened += tokens;
+	(*opens)++;
+	if (entry->key.provisional)
+		return;
+	if (entry->open_takes == 0)
+	{
+		entry->open_tokens = 0;
+		entry->open_low = 0;
+	}
+	entry->open_takes = entry->open_takes >= 0 && entry->open_takes < PG_INT32_MAX ?
+		entry->open_takes + 1 : -1;
+	entry->open_tokens += tokens;
+}
+
+/*
+ * Takes counted by memory_open_add(), "takes" of them, "tokens" in all,
+ * ended (committed, or rolled back): under the entry's spinlock.
+ */
+void
+memory_open_end(MemoryEntry *entry, double tokens, int64 takes)
+{
+	if (entry->open_takes <= 0 || takes == 0)
+		return;
+	if (takes >= entry->open_takes)
+		entry->open_takes = 0;
+	else
+	{
+		entry->open_takes -= (int32) takes;
+		entry->open_tokens -= tokens;
+	}
+}
+
+/* Give "entry" new settings at "now" (every lock held; see memory_open_note()). */
+void
+memory_reconfigure(MemoryEntry *entry, double capacity, double refill_rate,
+				   TimestampTz now)
+{
+	memory_open_note(entry, now);
+	bucket_reconfigure(&entry->bucket, capacity, refill_rate, now);
+}
+
+/*
+ * Give back "tokens" (taken at once when below zero) that an open take
+ * took from "entry", at "now", as if it had never been made, and no more
+ * (under its spinlock).  Had the take never been made, the deficit would
+ * be lower by the tokens until the bucket, without them, was full, and
+ * from then on lower by the deficit's lowest since: so by no more than
+ * "tokens" plus the lowest of (deficit less the tokens this take's
+ * record held then) at each change since it and now.  Every open take
+ * counts in open_tokens, so open_low is never above that: a rollback
+ * with nothing refilled meanwhile gives all back, one after a refill that
+ * others spent gives that much less, and several open at once may give
+ * back a little less than they could.
+ */
+void
+memory_give_back(MemoryEntry *entry, double tokens, TimestampTz now)
+{
+	memory_open_note(entry, now);
+	if (tokens > 0 && entry->open_takes != 0)
+		tokens = fmax(0.0, tokens + entry->open_low);
+	if (tokens != 0)
+		bucket_adjust(&entry->bucket, tokens, now);
 }
 
 /*

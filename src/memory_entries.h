@@ -62,9 +62,10 @@ typedef struct MemoryTemplate
  * A memory bucket.  What a call on it reads or writes comes right after
  * the key, in the cache line the key ends in and the next, and the hash
  * gives each entry whole cache lines (entry_room() in memory_entries.c): a
- * call touches three lines of it, the key's first and those two (a
- * template key's grant writes its first two counters, in the last).  A
- * quota's calendar is not in the entry but pointed at (Bucket.period,
+ * call touches three lines of it, the key's first and those two (the
+ * bucket and its open takes fill the last; a template key's grant writes
+ * its first two counters too, in the line after).  A quota's calendar is
+ * not in the entry but pointed at (Bucket.period,
  * memory_calendars.c): buckets that are no quota pay nothing for it, in
  * room or in lines.  On a random one of many buckets each is a cache miss.
  */
@@ -73,12 +74,18 @@ typedef struct MemoryEntry
 	MemoryKey	key;			/* first: the hash's key */
 	uint32		hashcode;		/* of the key: its partition */
 	bool		used;			/* used since the clock last passed */
-	slock_t		mutex;			/* guards waiter, pins, bucket, counters */
+	slock_t		mutex;			/* guards waiter, pins, bucket, open_*,
+								 * counters */
 	int			waiter;			/* proc number of the head waiter, or -1 */
 	int			pins;			/* open changes whose undo takes tokens */
 	uint64		serial;			/* new for every entry made */
 	MemoryTemplate *template;	/* what it was made from; NULL: named */
 	Bucket		bucket;
+	double		open_tokens;	/* tokens taken by takes not yet committed */
+	float4		open_low;		/* lowest deficit less open_tokens at a
+								 * change since the oldest of them, or 0
+								 * (rounded down) */
+	int32		open_takes;		/* those takes (0: none; -1: too many) */
 	StatsCounts counters;		/* a template key's own (stats.c): .bucket,
 								 * in the layout the state file keeps;
 								 * granted first, added at commit */
@@ -150,6 +157,13 @@ extern void memory_remove_entry(MemoryEntry *entry);
 extern bool memory_rekey(MemoryEntry *entry, const MemoryKey *key);
 extern int	memory_template_name_len(const MemoryEntry *entry);
 extern void memory_wake(int waiter);
+extern void memory_open_note(MemoryEntry *entry, TimestampTz now);
+extern void memory_open_add(MemoryEntry *entry, double tokens, double *opened,
+							int64 *opens);
+extern void memory_reconfigure(MemoryEntry *entry, double capacity,
+							   double refill_rate, TimestampTz now);
+extern void memory_open_end(MemoryEntry *entry, double tokens, int64 takes);
+extern void memory_give_back(MemoryEntry *entry, double tokens, TimestampTz now);
 extern bool memory_evictable(MemoryEntry *entry, TimestampTz now, bool exactly);
 extern bool memory_covered(const MemoryKey *key);
 extern void memory_remove_all(Oid dbid, Oid relid, const char *name, int len);

@@ -142,10 +142,12 @@ take_given(MemoryEntry *entry, LWLock *lock, Request *request, TimestampTz now,
 }
 
 /*
- * take(): on the entry, under its spinlock.  A grant is remembered for a
- * rollback afterwards, under the partition lock only (the record may be
- * allocated); were that to fail, the error would keep the tokens taken,
- * which never grants too much.  With "count", a grant on a template's key
+ * take(): on the entry, under its spinlock, where a grant is counted
+ * among the entry's open takes (memory_open_add()).  It is remembered for
+ * a rollback afterwards, under the partition lock only (the record may be
+ * allocated); were that to fail, the error would keep the tokens taken
+ * (and the entry's count: its rollbacks would give back less), which
+ * never grants too much.  With "count", a grant on a template's key
  * is counted for the key's own counters in the same record, at commit
  * (request->counted; its template's count is the caller's).
  */
@@ -156,6 +158,8 @@ take(Oid relid, Request *request, TimestampTz now, bool count)
 	LWLock	   *lock;
 	MemoryEntry *entry = lookup(relid, request->name, &key, &lock);
 	bool		granted;
+	double		opened = 0;
+	int64		opens = 0;
 
 	if (entry == NULL)
 		return STORE_ABSENT;
@@ -164,7 +168,10 @@ take(Oid relid, Request *request, TimestampTz now, bool count)
 	if (memory_gives_pending())
 		return take_given(entry, lock, request, now, count);
 	SpinLockAcquire(&entry->mutex);
+	memory_open_note(entry, now);
 	granted = bucket_take(&entry->bucket, request->cost, request->reserve, now);
+	if (granted && request->cost > 0)
+		memory_open_add(entry, request->cost, &opened, &opens);
 	request->bucket = entry->bucket;
 	SpinLockRelease(&entry->mutex);
 	request->template_len = memory_template_name_len(entry);
@@ -173,6 +180,8 @@ take(Oid relid, Request *request, TimestampTz now, bool count)
 		Undo	   *undo = memory_undo_for(entry);
 
 		undo->tokens += request->cost;
+		undo->opened += opened;
+		undo->opens += opens;
 		if (count && request->template_len > 0 && stats_enabled())
 		{
 			memory_count_grant(undo, request->cost);
@@ -229,7 +238,8 @@ give(Bucket *bucket, TimestampTz now, const void *tokens)
 
 /*
  * Give back what take() granted "request" in this transaction, undoing
- * its record too (take_all() of buckets one of which denied).  When the
+ * its record too (take_all() of buckets one of which denied), as a
+ * rollback would (memory_give_back()).  When the
  * transaction gave back what it has not committed, the take may have used
  * it: then the tokens are given back as any give-back is, on the view.
  */
@@ -253,7 +263,7 @@ untake(Oid relid, Request *request, TimestampTz now)
 		return;
 	undo = memory_undo_find(entry);
 	SpinLockAcquire(&entry->mutex);
-	bucket_adjust(&entry->bucket, request->cost, now);
+	memory_give_back(entry, request->cost, now);
 	if (undo != NULL)
 		undo->tokens -= request->cost;
 	waiter = entry->waiter;

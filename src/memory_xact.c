@@ -9,7 +9,8 @@
  * Rollback: what a (sub)transaction did to an entry's tokens and pause is
  * kept per entry and nest level, not per call, and undone if that level
  * aborts, so ROLLBACK gives grants back as it does for a row, and ten
- * million grants on one bucket keep one record.  The same record holds a
+ * million grants on one bucket keep one record (given back no more than had
+ * they never been made: memory_give_back()).  The same record holds a
  * template key's grants, counted in its entry at commit.
  *
  * Giving back: what a transaction gives back to a committed entry (a
@@ -149,6 +150,8 @@ undo_clear(Undo *undo)
 	undo->paused = false;
 	undo->granted = 0;
 	undo->granted_tokens = 0;
+	undo->opened = 0;
+	undo->opens = 0;
 	memset(&undo->given, 0, sizeof(Given));
 	undo->lift_set = false;
 }
@@ -246,6 +249,8 @@ memory_remember(Undo *undo, MemoryEntry *entry, double tokens, bool paused,
 		 TimestampTz pause_from)
 {
 	undo->tokens += tokens;
+	if (tokens > 0)
+		memory_open_add(entry, tokens, &undo->opened, &undo->opens);
 	if (tokens < 0 && undo->pins == 0)
 	{
 		undo->pins = 1;
@@ -330,6 +335,7 @@ memory_settle(Undo *undo, MemoryEntry *entry, const Given *given,
 	TimestampTz pause_from = shared->paused_until;
 	Given		now_given = {0};
 
+	memory_open_note(entry, now);
 	if (entry->key.provisional ||
 		(!given->lifted && given->credit <= 0 && left <= tokens &&
 		 after->paused_until >= pause_from))
@@ -392,7 +398,8 @@ apply_undo(const Undo *undo, bool give_back, TimestampTz now)
 	MemoryEntry *entry;
 	int			waiter = -1;
 
-	if (!give_back && undo->pins == 0 && undo->granted == 0 && !gives(undo))
+	if (!give_back && undo->pins == 0 && undo->granted == 0 && undo->opens == 0 &&
+		!gives(undo))
 		return;
 	LWLockAcquire(lock, LW_SHARED);
 	entry = memory_find(&undo->key, undo->hashcode);
@@ -400,10 +407,10 @@ apply_undo(const Undo *undo, bool give_back, TimestampTz now)
 	{
 		SpinLockAcquire(&entry->mutex);
 		entry->pins -= undo->pins;
+		memory_open_note(entry, now);
 		if (give_back)
 		{
-			if (undo->tokens != 0)
-				bucket_adjust(&entry->bucket, undo->tokens, now);
+			memory_give_back(entry, undo->tokens, now);
 			if (undo->paused && entry->bucket.paused_until == undo->pause_to)
 				entry->bucket.paused_until = undo->pause_from;
 			waiter = entry->waiter;
@@ -425,6 +432,7 @@ apply_undo(const Undo *undo, bool give_back, TimestampTz now)
 				waiter = entry->waiter;
 			}
 		}
+		memory_open_end(entry, undo->opened, undo->opens);
 		SpinLockRelease(&entry->mutex);
 	}
 	LWLockRelease(lock);
@@ -472,6 +480,8 @@ undo_level_end(int level, bool abort)
 		parent->pins += copy.pins;
 		parent->granted += copy.granted;
 		parent->granted_tokens += copy.granted_tokens;
+		parent->opened += copy.opened;
+		parent->opens += copy.opens;
 		parent->given.credit += copy.given.credit;
 		if (copy.lift_set)
 		{
@@ -633,7 +643,7 @@ apply_pending(const Pending *pending, TimestampTz now)
 						memcmp(entry->template->key.name, pending->key.name, pending->key.len) == 0)
 					{
 						memory_wake(entry->waiter);
-						bucket_reconfigure(&entry->bucket, pending->capacity,
+						memory_reconfigure(entry, pending->capacity,
 										   pending->refill_rate, now);
 					}
 		}
@@ -654,7 +664,7 @@ apply_pending(const Pending *pending, TimestampTz now)
 			if (pending->kind == CONFIG_DROPPED)
 				memory_remove_entry(entry);
 			else
-				bucket_reconfigure(&entry->bucket, pending->capacity,
+				memory_reconfigure(entry, pending->capacity,
 								   pending->refill_rate, now);
 		}
 	}
@@ -678,7 +688,7 @@ apply_pending(const Pending *pending, TimestampTz now)
 		if (!matches || p->key.name.relid != pending->key.relid)
 			continue;
 		if (pending->kind == CONFIG_ALTERED)
-			bucket_reconfigure(&entry->bucket, pending->capacity, pending->refill_rate, now);
+			memory_reconfigure(entry, pending->capacity, pending->refill_rate, now);
 		else
 		{
 			memory_remove_entry(entry);
@@ -795,9 +805,7 @@ reset_transaction(void)
 			}
 		}
 		if (keep)
-		{
 			undo_clear(last_undo);
-		}
 	}
 	undo_xact++;
 	if (undo_top > 0)
@@ -908,7 +916,6 @@ memory_subxact_end(bool commit)
 			pendings = foreach_delete_current(pendings, lc);
 }
 
-
 /* Whether this transaction has provisional entries (its lookups try them first). */
 bool
 memory_has_provisionals(void)
@@ -931,7 +938,6 @@ Undo *
 memory_undo_find(const MemoryEntry *entry)
 {
 	UndoId		id = {entry->serial, GetCurrentTransactionNestLevel()};
-
 	Undo	   *undo = undos ? hash_search(undos, &id, HASH_FIND, NULL) : NULL;
 
 	return undo_kept(undo) ? NULL : undo;

@@ -60,6 +60,8 @@ typedef struct Undo
 	TimestampTz pause_to;		/* the pause set by the last */
 	int64		granted;		/* grants to count in the entry's own */
 	double		granted_tokens; /* counters at commit (memory_count_grant) */
+	double		opened;			/* tokens and takes it counted among the */
+	int64		opens;			/* entry's open ones (memory_open_add()) */
 	uint64		xact;			/* the transaction it is of (see last_undo) */
 	Given		given;			/* credit: this level's part of what was given
 								 * back (below zero: it used an outer

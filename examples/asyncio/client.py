@@ -5,10 +5,11 @@ aiohttp session wrapped by the tokenbucket package (clients/python): each
 request first takes a token from the shared request bucket, waiting
 client-side on the bucket's retry_after without holding a database
 connection, so the provider never sees more than its limit.  The provider
-also caps the requests it answers at once: each request first holds a
-lease of one of --inflight slots (tb_lease_wait), released when its answer
-is in, so the provider never sees more than that many at once either,
-however many processes share the limit.
+also caps the requests it answers at once: each request also holds a
+lease of one of --inflight slots, taken with its token (tb_lease_all, all
+or nothing, waited for client-side like the token) and released when its
+answer is in, so the provider never sees more than that many at once
+either, however many processes share the limit.
 
     client.py --dsn DSN --provider URL --requests 300 --rpm 18 --burst 10 --window 1 --inflight 3
 
@@ -21,7 +22,6 @@ its limit, as JSON on the last line.
 """
 import argparse
 import asyncio
-import contextlib
 import datetime
 import json
 import time
@@ -36,19 +36,15 @@ import tokenbucket  # noqa: E402
 from tokenbucket.aiohttp import LimitedSession  # noqa: E402
 
 
-async def one_request(session, slots, args, counts):
+async def one_request(session, args, counts):
     try:
-        # a slot in flight, held by one of the slots limiter's connections
+        # a token and (with --inflight) a slot, both or neither, waited for
+        # client-side; the slot is held by the limiter's lease connection
         # until released, or until its session ends should this process die
-        async with contextlib.AsyncExitStack() as stack:
-            if args.inflight:
-                await stack.enter_async_context(
-                    slots.lease(args.limit, timeout=args.timeout))
-            # a token (waiting client-side), then the call; a 429 would pause the bucket
-            async with session.post(f"{args.provider}/v1/complete",
-                                    json={"prompt_tokens": 10, "max_tokens": 20}) as answer:
-                await answer.read()
-                counts["ok" if answer.status == 200 else "refused"] += 1
+        async with session.post(f"{args.provider}/v1/complete",
+                                json={"prompt_tokens": 10, "max_tokens": 20}) as answer:
+            await answer.read()
+            counts["ok" if answer.status == 200 else "refused"] += 1
     except tokenbucket.RateLimited:
         counts["timed_out"] += 1
 
@@ -65,15 +61,13 @@ async def main():
     parser.add_argument("--inflight", type=int, default=0,
                         help="requests in flight at once (0: no lease)")
     parser.add_argument("--limit", default="provider:inflight")
-    parser.add_argument("--pool", type=int, default=20)
+    parser.add_argument("--pool", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=60)
     args = parser.parse_args()
 
-    # two limiters: a lease holds its connection for its whole call, so the
-    # waits for slots get a pool of their own, and the waits for tokens,
-    # which hold no connection while they sleep, cannot be starved by them
-    slots = tokenbucket.AsyncLimiter(args.dsn, pool_size=args.pool)
-    rate = tokenbucket.AsyncLimiter(args.dsn, pool_size=5)
+    # one limiter: waits hold no connection, and the leases held all live
+    # on its one lease connection, so a pool of 5 serves every request
+    rate = tokenbucket.AsyncLimiter(args.dsn, pool_size=args.pool)
     async with rate.connection() as db:
         # the provider's limit, as a bucket every client shares
         await db.execute("SELECT tb_drop($1)", args.bucket)
@@ -84,14 +78,14 @@ async def main():
             await db.execute("SELECT tb_drop($1)", args.limit)
             await db.execute("SELECT tb_create_limit($1, $2)", args.limit, args.inflight)
     counts = {"ok": 0, "refused": 0, "timed_out": 0}
-    async with LimitedSession(rate, {args.bucket: 1}, timeout=args.timeout) as session:
+    async with LimitedSession(rate, {args.bucket: 1}, timeout=args.timeout,
+                              lease=args.limit if args.inflight else None) as session:
         await session.session.post(f"{args.provider}/reset")
         started = time.monotonic()
-        await asyncio.gather(*(one_request(session, slots, args, counts)
+        await asyncio.gather(*(one_request(session, args, counts)
                                for _ in range(args.requests)))
         async with session.session.get(f"{args.provider}/stats") as answer:
             stats = await answer.json()
-    await slots.close()
     await rate.close()
 
     elapsed = time.monotonic() - started

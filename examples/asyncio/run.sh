@@ -18,7 +18,7 @@ tb_start_server
 psql -q -X -c "CREATE EXTENSION tokenbucket"
 tb_start_provider --rpm "$PROVIDER_RPS" --tpm 1e9 --window 1 \
 	--concurrency "$PROVIDER_CONCURRENCY" --latency 0.1
-say "$EXAMPLE_REQUESTS concurrent requests, each awaiting a lease (tb_lease_wait) and a token (client-side)"
+say "$EXAMPLE_REQUESTS concurrent requests, each awaiting a lease and a token together (tb_lease_all, client-side)"
 /usr/bin/python3 "$TOP/examples/asyncio/client.py" \
 	--dsn "postgresql://postgres@/postgres?host=$PGHOST&port=$PGPORT" \
 	--provider "$PROVIDER_URL" --requests "$EXAMPLE_REQUESTS" \

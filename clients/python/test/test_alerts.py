@@ -110,3 +110,31 @@ def test_gap_settles():
     state = alerts.State(last=3, delivered={5})
     state.advance({4})
     assert (state.last, state.delivered) == (5, set())
+
+
+def test_logs_and_sends_money_in_minor_units(admin, name, webhook, tmp_path):
+    """The command line says it started and each delivery; with --currency
+    a money quota's budget and remaining go as decimal strings rounded to
+    the currency's minor unit (cents; none for JPY), not as float noise."""
+    import subprocess
+    import sys
+    state = str(tmp_path / "state.json")
+    q = f"{name}eur"
+    admin.execute("SELECT tb_create_quota(%s, 100, '1 month')", (q,))
+    admin.execute("SELECT tb_set_alerts(%s, '{0.01}')", (q,))
+    admin.execute("SELECT tb_acquire(%s, 1.1025)", (q,))
+    # the float noise of a sum of prices: 98.89749999999987 after 1.1025
+    remaining = admin.execute("SELECT remaining FROM tb_alert_events WHERE bucket = %s",
+                              (q,)).fetchone()[0]
+    run = subprocess.run([sys.executable, "-m", "tokenbucket.alerts", conninfo(), webhook.url,
+                          "--state", state, "--once", "--currency", "EUR"],
+                         capture_output=True, text=True, cwd=alerts.__file__.rsplit("/", 2)[0])
+    assert run.returncode == 0, run.stderr
+    lines = run.stderr.splitlines()
+    assert lines[0].startswith("tokenbucket.alerts: started") and webhook.url in lines[0]
+    body = [b for b in webhook.bodies if b["bucket"] == q][0]
+    assert body["budget"] == "100.00" and body["currency"] == "EUR"
+    assert body["remaining"] == f"{remaining:.2f}" and "." in body["remaining"]
+    assert sum(f"delivered {body['id']} " in line for line in lines) == 1
+    assert alerts.money(98.89749999999987, "EUR") == "98.90"
+    assert alerts.money(1234.5, "JPY") == "1235" and alerts.money(1.23456, "KWD") == "1.235"

@@ -12,7 +12,7 @@ tokenbucket.httpx, tokenbucket.aiohttp, tokenbucket.celery,
 tokenbucket.middleware.
 """
 from ._async import AsyncLimiter, AsyncReservation
-from ._core import BucketDecision, Decision
+from ._core import BucketDecision, Decision, Quota
 from ._sync import Limiter, Reservation
 from .errors import (AlreadyExists, AlreadySettled, Canceled, CheckViolation, ConnectionLost,
                      DatabaseError, ForkedConnection, InsufficientPrivilege, InvalidArgument,
@@ -29,7 +29,8 @@ __all__ = [
     "Canceled", "CheckViolation", "ConnectionLost", "DatabaseError", "Decision",
     "ForkedConnection", "InsufficientPrivilege", "InvalidArgument", "Limiter",
     "LockedByTransaction", "NotSupported", "NullArgument", "Observation", "OutcomeUnknown",
-    "OutOfRange", "ParentCycle", "PrerequisiteMissing", "RateLimited", "ReadOnly", "Reservation",
+    "OutOfRange", "ParentCycle", "PrerequisiteMissing", "Quota", "RateLimited", "ReadOnly",
+    "Reservation",
     "SerializationFailure", "SharedMemoryFull", "TokenBucketError", "TooManyNames",
     "TransactionInProgress", "UndefinedBucket", "header_map",
 ]

@@ -5,13 +5,17 @@ Only the I/O is here, as in _sync: each call's plan is in _core.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-from datetime import datetime
+import math
+import time
+from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping, cast
 
 from . import _core, _drivers, headers as _headers
-from ._core import Costs, Decision, Duration, Plan, Run, T
-from .errors import ForkedConnection, TokenBucketError, TransactionInProgress
+from ._core import Costs, Decision, Duration, Freed, Keep, Plan, Quota, Run, T
+from .errors import ForkedConnection, RateLimited, TokenBucketError, TransactionInProgress
 
 
 class _TaskLock:
@@ -44,6 +48,23 @@ class _TaskLock:
 class _ASource:
     kind: str
     reconnects: bool
+    keeper: _AKeeper | None = None
+
+    async def open(self) -> Any:
+        """A new connection of the source's own (the lease connection)."""
+        raise NotImplementedError
+
+    def leases(self) -> _AKeeper:
+        if self.keeper is None:
+            self.keeper = _AKeeper(self)
+        return self.keeper
+
+    def orphan(self) -> None:
+        """In a forked child: the parent's lease connection left alone."""
+        if self.keeper is not None and self.keeper.conn is not None:
+            _drivers.disown(_drivers.async_fileno(self.kind, self.keeper.conn))
+            _drivers.ORPHANS.append(self.keeper.conn)
+            self.keeper.conn = None
 
     async def take(self, fresh: bool = False) -> tuple[Any, Any]:
         raise NotImplementedError
@@ -66,7 +87,109 @@ class _ASource:
         raise NotImplementedError
 
     async def close(self) -> None:
-        pass
+        if self.keeper is not None:
+            await self.keeper.close()
+
+
+class _AKeeper:
+    """The connection of a process that holds every session lease of its
+    AsyncLimiter (see _sync._Keeper): statements on it take turns; a
+    release wakes the longest waiter of this process."""
+
+    def __init__(self, source: _ASource) -> None:
+        self.source = source
+        self.conn: Any = None
+        self.lock: asyncio.Lock | None = None
+        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.released = 0
+        self.turns = _core.Turns()
+
+    async def run(self, sql: str, params: tuple[Any, ...], frees: bool) -> tuple[_core.Rows, int]:
+        seen = self.released
+        try:
+            return await self._take_turn(sql, params), seen
+        finally:
+            if frees:
+                self.released += 1
+                waiters, self.waiters = self.waiters, collections.deque()
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    async def _take_turn(self, sql: str, params: tuple[Any, ...]) -> _core.Rows:
+        kind = self.source.kind
+        if isinstance(self.source, _ASingle):       # the caller's one connection
+            conn, token = await self.source.take()
+            try:
+                return await self._run(conn, sql, params)
+            finally:
+                await self.source.give(conn, token)
+        if self.lock is None:
+            self.lock = asyncio.Lock()
+        async with self.lock:
+            if self.conn is not None and (_drivers.async_closed(kind, self.conn) or
+                                          _drivers.socket_readable(
+                                              _drivers.async_fileno(kind, self.conn) or -1)):
+                await self.close_conn()             # the server closed it
+            if self.conn is None:
+                try:
+                    self.conn = await self.source.open()
+                except Exception as exc:
+                    raise _core.connect_failure(exc) from exc
+            return await self._run(self.conn, sql, params)
+
+    async def _run(self, conn: Any, sql: str, params: tuple[Any, ...]) -> _core.Rows:
+        try:
+            return await _drivers.async_run(self.source.kind, conn, sql, params)
+        except Exception as exc:
+            err, lost = _core.lease_failure(exc)
+            if lost and conn is self.conn:
+                await self.close_conn()
+            raise err from exc
+
+    async def wait(self, seen: int, seconds: float) -> None:
+        if self.released != seen:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, seconds)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+
+    async def take_turn(self, name: str, timeout: float | None) -> bool:
+        """Wait for this process's turn to wait for name's slots (see
+        _core.Turns); False when timeout passed first."""
+        waiter = self.turns.enter(name, asyncio.get_running_loop().create_future)
+        if waiter is None:
+            return True
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            return True
+        except BaseException as exc:
+            if waiter.done():               # handed over meanwhile: pass it on
+                self.give_turn(name)
+            else:
+                self.turns.drop(name, waiter)
+            if isinstance(exc, asyncio.TimeoutError):
+                return False
+            raise
+
+    def give_turn(self, name: str) -> None:
+        waiter = self.turns.leave(name)
+        if waiter is not None:
+            waiter.set_result(None)
+
+    async def close_conn(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            await _drivers.async_close(self.source.kind, conn)
+
+    async def close(self) -> None:
+        await self.close_conn()
 
 
 class _ASingle(_ASource):
@@ -105,6 +228,9 @@ class _ASingle(_ASource):
             self.lock.give()
 
     async def discard(self, conn: Any) -> None:
+        pass
+
+    async def close(self) -> None:
         pass
 
     def forked(self) -> _ASource:
@@ -157,17 +283,22 @@ class _AOwnPool(_ASource):
         finally:
             self.slots.release()
 
+    async def open(self) -> Any:
+        return await _drivers.async_connect(self.kind, self.dsn, self.kwargs)
+
     def forked(self) -> _AOwnPool:
         for conn, _ in self.idle:
             _drivers.disown(_drivers.async_fileno(self.kind, conn))
             _drivers.ORPHANS.append(conn)
         self.idle = []
+        self.orphan()
         return _AOwnPool(self.dsn, self.kind, self.kwargs, self.max_size)
 
     async def close(self) -> None:
         idle, self.idle = self.idle, []
         for conn, _ in idle:
             await _drivers.async_close(self.kind, conn)
+        await super().close()
 
 
 class _APsycopgPool(_ASource):
@@ -203,7 +334,12 @@ class _APsycopgPool(_ASource):
         finally:
             await self.pool.putconn(conn)
 
+    async def open(self) -> Any:
+        dsn, kind, kwargs, _ = _drivers.psycopg_pool_settings(self.pool)
+        return await _drivers.async_connect(kind, dsn, kwargs)
+
     def forked(self) -> _AOwnPool:
+        self.orphan()
         return _AOwnPool(*_drivers.psycopg_pool_settings(self.pool))
 
 
@@ -229,7 +365,12 @@ class _AsyncpgPool(_ASource):
     async def discard(self, conn: Any) -> None:
         conn.terminate()        # the pool opens a new one in its place
 
+    async def open(self) -> Any:
+        dsn, kind, kwargs, _ = _drivers.asyncpg_pool_settings(self.pool)
+        return await _drivers.async_connect(kind, dsn, kwargs)
+
     def forked(self) -> _AOwnPool:
+        self.orphan()
         return _AOwnPool(*_drivers.asyncpg_pool_settings(self.pool))
 
 
@@ -300,6 +441,15 @@ class AsyncLimiter(_core.Core):
                                               None if step.safe else cuts)
                 except TokenBucketError as exc:
                     error = exc
+            elif isinstance(step, Keep):
+                # a lease taken or released is never cut off (see above)
+                run = self._src().leases().run(step.sql, step.params, step.frees)
+                try:
+                    answer = await (run if cuts is None else _finish(run, cuts))
+                except TokenBucketError as exc:
+                    error = exc
+            elif isinstance(step, Freed):
+                await self._src().leases().wait(step.seen, step.seconds)
             else:
                 await asyncio.sleep(step.seconds)
 
@@ -356,11 +506,23 @@ class AsyncLimiter(_core.Core):
 
     def reserve(self, costs: Costs, cost: float | None = None, *,
                 timeout: Duration | None = None, reserve: float | None = None,
-                wait: str = "client",
-                headers: Mapping[str, str] | None = None) -> PendingReservation:
-        """`async with limiter.reserve(...) as r:` (or `r = await limiter.reserve(...)`)."""
-        return PendingReservation(self, self._reserve(costs, cost, timeout, reserve, wait),
-                                  self._mapping(headers))
+                wait: str = "client", headers: Mapping[str, str] | None = None,
+                lease: str | None = None, slots: int = 1,
+                ttl: Duration | None = None) -> PendingReservation:
+        """`async with limiter.reserve(...) as r:` (or `r = await limiter.reserve(...)`);
+        lease= as Limiter.reserve (released when the block is left, or by
+        `await r.release()`)."""
+        if lease is None:
+            plan = self._reserved(costs, cost, timeout, reserve, wait)
+            return PendingReservation(self, lambda: self._drive(plan, [], self._ungrant),
+                                      self._mapping(headers))
+        if wait != "client":
+            raise ValueError("a lease with a reservation waits in the client (wait='client')")
+        limit = lease
+        return PendingReservation(self, lambda: self._waited(
+            limit, timeout, lambda left: self._reserve_leased(costs, cost, left, reserve, limit,
+                                                              slots, ttl), self._ungrant),
+            self._mapping(headers))
 
     async def refund(self, name: str | Mapping[str, float], tokens: float | None = None) -> Any:
         return await self._drive(self._refund(name, tokens))
@@ -384,9 +546,50 @@ class AsyncLimiter(_core.Core):
 
     @contextlib.asynccontextmanager
     async def lease(self, name: str, slots: int = 1, *, timeout: Duration | None = 0,
-                    ttl: Duration | None = None,
-                    reserve: float | None = None) -> AsyncIterator[int]:
-        """As Limiter.lease: the lease's connection is kept for the block."""
+                    ttl: Duration | None = None, reserve: float | None = None,
+                    wait: str = "client") -> AsyncIterator[int]:
+        """As Limiter.lease: with wait="client" the wait holds no connection
+        and the lease is held by the process's lease connection; a
+        cancellation never leaves a lease taken and unknown."""
+        if wait == "server":
+            async with self._server_lease(name, slots, timeout, ttl, reserve) as lease:
+                yield lease
+            return
+        if wait != "client":
+            raise ValueError("wait is 'client' or 'server'")
+        lease = await self._waited(name, timeout, lambda left: self._lease(
+            name, slots, left, ttl, reserve, None), self._unlease)
+        try:
+            yield lease
+        finally:
+            await self._release(lease)
+
+    async def _waited(self, name: str, timeout: Duration | None,
+                      plan: Callable[[float | None], Plan[T]],
+                      undo: Callable[[T], Plan[Any]]) -> T:
+        """plan(the time left), run when it is this process's turn to wait
+        for name (at once for a call that does not wait); a cancellation
+        never cuts off its lease (see _drive)."""
+        limit = _core.seconds(timeout)
+        if limit == 0:
+            return await self._drive(plan(0), [], undo)
+        keeper = self._src().leases()
+        started = time.monotonic()
+        if not await keeper.take_turn(name, limit):
+            raise RateLimited(f"no free slot of {name}", math.nan)
+        try:
+            return await self._drive(plan(None if limit is None else
+                                          max(0.0, limit - (time.monotonic() - started))),
+                                     [], undo)
+        finally:
+            keeper.give_turn(name)
+
+    async def _release(self, lease: int) -> None:
+        await _to_the_end(self._drive(self._unlease(lease)))
+
+    @contextlib.asynccontextmanager
+    async def _server_lease(self, name: str, slots: int, timeout: Duration | None,
+                            ttl: Duration | None, reserve: float | None) -> AsyncIterator[int]:
         st = await self._drive(self._statements())
         src = self._src()
         async with src.borrow() as conn:
@@ -413,6 +616,27 @@ class AsyncLimiter(_core.Core):
                     err_ = _core.release_failure(exc)
                     if err_ is not None:
                         raise err_ from exc
+
+    # -- budgets (extension 1.9): as Limiter's
+
+    async def cost(self, model: str, input_tokens: int, output_tokens: int = 0,
+                   cached: int = 0) -> Decimal:
+        return await self._drive(self._cost(model, input_tokens, output_tokens, cached))
+
+    async def ensure_quota(self, name: str, budget: float, period: str | timedelta, *,
+                           time_zone: str = "UTC", starts: datetime | None = None,
+                           carry_max: float = 0, memory: bool = False) -> str:
+        return await self._drive(self._ensure_quota(name, budget, period, time_zone, starts,
+                                                    carry_max, memory))
+
+    async def set_parent(self, child: str, parent: str | None) -> None:
+        await self._drive(self._set_parent(child, parent))
+
+    async def set_alerts(self, bucket: str, thresholds: Iterable[float]) -> None:
+        await self._drive(self._set_alerts(bucket, thresholds))
+
+    async def quotas(self, prefix: str | None = None) -> list[Quota]:
+        return await self._drive(self._quotas(prefix))
 
     async def ensure(self, name: str, capacity: float, refill: float, per: Duration = 1.0,
                      memory: bool = False) -> str:
@@ -459,8 +683,8 @@ class AsyncReservation(_core.ReservationCore):
     limiter: AsyncLimiter
 
     def __init__(self, limiter: AsyncLimiter, costs: dict[str, float], decision: Decision,
-                 mapping: Mapping[str, str]) -> None:
-        super().__init__(limiter, costs, decision, mapping)
+                 mapping: Mapping[str, str], lease: int | None = None) -> None:
+        super().__init__(limiter, costs, decision, mapping, lease)
 
     async def settle(self, used: float | Mapping[str, float] | None = None) -> None:
         await _to_the_end(self.limiter._drive(self._settle(used)))
@@ -471,31 +695,38 @@ class AsyncReservation(_core.ReservationCore):
     async def observe(self, status: int, headers: Any) -> _headers.Observation:
         return await self.limiter._drive(self._observe(status, headers))
 
+    async def release(self) -> None:
+        """Release the reservation's lease now (leaving the block does)."""
+        lease = self._unlease()
+        if lease is not None:
+            await self.limiter._release(lease)
+
     async def __aenter__(self) -> AsyncReservation:
         return self
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if self._leaving(exc_type is not None):
-            try:
-                await self.refund()
-            except (TokenBucketError, asyncio.CancelledError):
-                pass        # the block's own exception is the one to see
+        try:
+            if self._leaving(exc_type is not None):
+                try:
+                    await self.refund()
+                except (TokenBucketError, asyncio.CancelledError):
+                    pass        # the block's own exception is the one to see
+        finally:
+            await self.release()
 
 
 class PendingReservation:
     """What AsyncLimiter.reserve returns: awaited, or entered with async with."""
 
-    def __init__(self, limiter: AsyncLimiter,
-                 plan: Plan[tuple[dict[str, float], Decision]],
+    def __init__(self, limiter: AsyncLimiter, grant: Callable[[], Awaitable[_core.Granted]],
                  mapping: Mapping[str, str]) -> None:
-        self.limiter, self.plan, self.mapping = limiter, plan, mapping
+        self.limiter, self.grant, self.mapping = limiter, grant, mapping
         self.reservation: AsyncReservation | None = None
 
     async def _take(self) -> AsyncReservation:
         # a cancellation during the grant: the grant finishes, and is refunded
-        costs, decision = await self.limiter._drive(
-            self.plan, [], lambda got: self.limiter._refund(got[0], None))
-        return AsyncReservation(self.limiter, costs, decision, self.mapping)
+        costs, decision, lease = await self.grant()
+        return AsyncReservation(self.limiter, costs, decision, self.mapping, lease)
 
     def __await__(self) -> Generator[Any, None, AsyncReservation]:
         return self._take().__await__()

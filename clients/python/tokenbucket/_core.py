@@ -17,12 +17,14 @@ make_interval.
 """
 from __future__ import annotations
 
+import collections
 import math
 import random
 import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, Generator, Iterable, Mapping, TypeVar, Union
 
 from . import _drivers, headers as _headers
@@ -66,6 +68,26 @@ class Decision:
 
     def __bool__(self) -> bool:
         return self.granted
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A quota's spend in its current period (a row of tb_quotas): budget
+    (tokens added at each period's start), capacity, remaining (below 0: in
+    debt), spent (budget - remaining, at least 0), period (as PostgreSQL
+    writes it: '1 mon', '1 day'), time_zone, period_start and period_end,
+    memory, and the template it was made from (or None)."""
+    name: str
+    budget: float
+    capacity: float
+    remaining: float
+    spent: float
+    period: str
+    time_zone: str
+    period_start: datetime
+    period_end: datetime
+    memory: bool
+    template: str | None
 
 
 def combine(rows: Rows, names: list[str] | None = None) -> Decision:
@@ -209,6 +231,8 @@ class Statements:
                      f"make_interval(secs => $3::float8), $4::float8)",
             "lease_wait": f"SELECT {s}tb_lease_wait($1::text, $2::int4, 'session', "
                           f"make_interval(secs => $3::float8), make_interval(secs => $4::float8), $5::float8)",
+            "lease_all": f"SELECT {s}tb_lease_all($1::text, $2::text[], $3::float8[], $4::int4, "
+                         f"'session', make_interval(secs => $5::float8), $6::float8)",
             "release": f"SELECT {s}tb_release($1::int8)",
             "has_ensure": "SELECT to_regprocedure($1::text) IS NOT NULL",
             "ensure": f"SELECT {s}tb_ensure($1::text, $2::float8, $3::float8, "
@@ -218,6 +242,15 @@ class Statements:
             "create": f"SELECT {s}tb_create($1::text, $2::float8, $3::float8, "
                       f"make_interval(secs => $4::float8), $5::bool)",
             "create_limit": f"SELECT {s}tb_create_limit($1::text, $2::int4, $3::bool)",
+            # budgets (extension 1.9): numeric as text, read into a Decimal
+            "cost": f"SELECT {s}tb_cost($1::text, $2::int8, $3::int8, $4::int8)::text",
+            "ensure_quota": f"SELECT {s}tb_ensure_quota($1::text, $2::float8, $3::text::interval, "
+                            f"$4::text, $5::timestamp, $6::float8, $7::bool)",
+            "set_parent": f"SELECT {s}tb_set_parent($1::text, $2::text)",
+            "set_alerts": f"SELECT {s}tb_set_alerts($1::text, $2::float8[])",
+            "quotas": f"SELECT name, budget, capacity, remaining, spent, period::text, time_zone, "
+                      f"period_start, period_end, memory, template FROM {s}tb_quotas "
+                      f"WHERE starts_with(name, coalesce($1::text, '')) ORDER BY name",
         }
         self.prefix = s
         for text in sql.values():   # "%s" takes parameters in the order written
@@ -285,6 +318,13 @@ def lease_call(st: Statements, name: str, slots: int, timeout: Duration | None,
     return st["lease_wait"], (name, slots, seconds(ttl), wait, reserve)
 
 
+def lease_all_call(st: Statements, name: str, slots: int, costs: dict[str, float],
+                   ttl: Duration | None, reserve: float | None) -> tuple[str, tuple[Any, ...]]:
+    """tb_lease_all: the lease and the tokens, all or nothing, never waiting."""
+    names, values = list(costs), list(costs.values())
+    return st["lease_all"], (name, names, values, slots, seconds(ttl), reserve)
+
+
 def leased(rows: Rows, name: str) -> int:
     """The lease id tb_lease answered, or RateLimited when it had no slot."""
     lease = rows[0][0]
@@ -309,15 +349,6 @@ class Backoff:
     def next(self, retry_after: float) -> float:
         self.window = min(self.max_jitter, max(self.window * 2, retry_after * self.jitter, 0.001))
         return retry_after + random.uniform(0, self.window)
-
-
-def spread(retry_after: float, refusals: int, jitter: float, max_jitter: float) -> float:
-    """Backoff's sleep for a waiter that keeps nothing between tries but how
-    many were refused (a Celery task's retries): retry_after plus a random
-    part of a tenth of it (jitter), doubled with each refusal, up to
-    max_jitter."""
-    window = min(max_jitter, max(retry_after * jitter, 0.001) * 2 ** min(refusals, 30))
-    return retry_after + random.uniform(0, window)
 
 
 # ---- errors -------------------------------------------------------------------------
@@ -429,7 +460,65 @@ class Sleep:
     seconds: float
 
 
-Plan = Generator[Union[Run, Sleep], Any, T]
+@dataclass(slots=True)
+class Keep:
+    """A step of a plan: run one statement on the connection that holds
+    the process's leases (see Limiter.lease); (its rows, how many leases the
+    process had released just before it ran) are sent back."""
+    sql: str
+    params: tuple[Any, ...]
+    frees: bool = False     # a release: wakes a waiter of this process once it ran
+
+
+@dataclass(slots=True)
+class Freed:
+    """A step of a plan: sleep until this process releases a lease after
+    the seen-th (woken one waiter at a time, in order), or for seconds at
+    most (a lease released by another process is seen only by asking again)."""
+    seen: int
+    seconds: float
+
+
+# the longest pause between two asks for a slot another process may free
+LEASE_POLL = 0.25
+
+
+class Turns:
+    """Whose turn it is to wait for a limit's slots, per limit, in this
+    process: the first caller takes it at once, the others queue (FIFO) and
+    ask the server nothing meanwhile, so that a hundred waiters of one
+    process cost its lease connection one try at a time, not a hundred.
+    Waiting for a turn is the driver's (a threading.Event or a future in
+    each queued entry); the bookkeeping is here."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, Any] = {}      # name -> deque of waiters (held while present)
+
+    def enter(self, name: str, make: Any) -> Any:
+        """None when the turn is the caller's now, else a waiter queued."""
+        queue = self.queues.get(name)
+        if queue is None:
+            self.queues[name] = collections.deque()
+            return None
+        waiter = make()
+        queue.append(waiter)
+        return waiter
+
+    def leave(self, name: str) -> Any:
+        """The waiter whose turn it is now (to be woken), or None."""
+        queue = self.queues[name]
+        if queue:
+            return queue.popleft()
+        del self.queues[name]
+        return None
+
+    def drop(self, name: str, waiter: Any) -> None:
+        """A waiter that gave up before its turn came."""
+        self.queues[name].remove(waiter)
+
+Plan = Generator[Union[Run, Sleep, Keep, Freed], Any, T]
+# what a reservation's grant took: its costs, the decision, its lease or None
+Granted = tuple[dict[str, float], "Decision", Union[int, None]]
 C = TypeVar("C", bound="Core")
 
 
@@ -531,6 +620,84 @@ class Core:
                               decision.retry_after, decision)
         return c, decision
 
+    # -- in-flight limits
+
+    def _lease(self, name: str, slots: int, timeout: Duration | None, ttl: Duration | None,
+               reserve: float | None, costs: dict[str, float] | None) -> Plan[int]:
+        """A session lease on the process's lease connection (tb_lease, or
+        tb_lease_all with costs: the tokens too, all or nothing), waiting
+        here up to timeout (None: no limit) and holding no connection while
+        it waits: woken by a release of this process, else asking again
+        after a pause that doubles up to LEASE_POLL; with costs refused, on
+        the buckets' retry_after (plus up to jitter times it).  RateLimited
+        when not had in time.  The driver lets one waiter of a process per
+        limit run this at a time (Turns), so that the others ask nothing."""
+        st = self._st or (yield from self._statements())
+        limit = seconds(timeout)
+        deadline = None if limit is None else time.monotonic() + limit
+        if costs is None:
+            sql, params = lease_call(st, name, slots, 0, ttl, reserve)
+        else:
+            sql, params = lease_all_call(st, name, slots, costs, ttl, reserve)
+        poll = 0.005
+        while True:
+            rows, seen = yield Keep(sql, params)
+            if rows[0][0] is not None:
+                return int(rows[0][0])
+            now = time.monotonic()
+            left = math.inf if deadline is None else deadline - now
+            decision = None
+            if costs is not None:
+                decision = yield from self._peek(costs, None, reserve)
+                if not decision.granted:
+                    if decision.retry_after > left:
+                        raise RateLimited(f"not granted within {limit} s",
+                                          decision.retry_after, decision)
+                    pause = decision.retry_after * (1 + random.uniform(0, self.jitter))
+                    yield Sleep(min(max(pause, 0.001), left))
+                    continue
+            if left <= 0:
+                raise RateLimited(f"no free slot of {name}", math.nan, decision)
+            yield Freed(seen, min(poll, left))
+            poll = min(poll * 2, LEASE_POLL)
+
+    def _unlease(self, lease: int) -> Plan[None]:
+        """tb_release on the lease connection; a lost connection freed it already."""
+        st = self._st or (yield from self._statements())
+        try:
+            yield Keep(st["release"], (lease,), True)
+        except OutcomeUnknown:
+            pass
+
+    def _reserve_leased(self, costs: Costs, cost: float | None, timeout: Duration | None,
+                        reserve: float | None, lease: str, slots: int,
+                        ttl: Duration | None) -> Plan[Granted]:
+        """reserve(lease=...): the lease and the tokens together (tb_lease_all)."""
+        c = costs_of(costs, cost)
+        held = yield from self._lease(lease, slots, timeout, ttl, reserve, c)
+        return c, waited(True), held
+
+    def _reserved(self, costs: Costs, cost: float | None, timeout: Duration | None,
+                  reserve: float | None, wait: str) -> Plan[Granted]:
+        c, decision = yield from self._reserve(costs, cost, timeout, reserve, wait)
+        return c, decision, None
+
+    def _ungrant(self, got: Granted) -> Plan[None]:
+        """Undo a grant a cancellation cut short: refund, release."""
+        try:
+            yield from self._refund(got[0], None)
+        finally:
+            if got[2] is not None:
+                yield from self._unlease(got[2])
+
+    def _book(self, costs: dict[str, float]) -> Plan[float]:
+        """Take the costs now, into debt if need be (tb_settle of nothing
+        reserved): seconds until the buckets are out of the debt this
+        leaves, when the tokens are the booker's in turn (the callers who
+        booked before it first)."""
+        yield from self._settle({n: (0.0, c) for n, c in costs.items()}, None, None)
+        return (yield from self._peek({n: 0.0 for n in costs}, None, None)).retry_after
+
     # -- after a call
 
     def _apply(self, key: str, name: str | Mapping[str, Any], values: dict[str, float],
@@ -584,6 +751,36 @@ class Core:
                 obs.paused = {n: pause_for for n in targets}
         return obs
 
+    # -- budgets
+
+    def _cost(self, model: str, input_tokens: int, output_tokens: int,
+              cached: int) -> Plan[Decimal]:
+        st = yield from self._statements()
+        rows = yield Run(st["cost"], (model, input_tokens, output_tokens, cached), True)
+        return Decimal(rows[0][0])
+
+    def _ensure_quota(self, name: str, budget: float, period: str | timedelta, time_zone: str,
+                      starts: datetime | None, carry_max: float, memory: bool) -> Plan[str]:
+        if isinstance(period, timedelta):
+            period = f"{period.total_seconds()} seconds"
+        st = yield from self._statements()
+        rows = yield Run(st["ensure_quota"], (name, float(budget), period, time_zone, starts,
+                                              float(carry_max), memory), True)
+        return str(rows[0][0])
+
+    def _set_parent(self, child: str, parent: str | None) -> Plan[None]:
+        st = yield from self._statements()
+        yield Run(st["set_parent"], (child, parent), True)
+
+    def _set_alerts(self, bucket: str, thresholds: Iterable[float]) -> Plan[None]:
+        st = yield from self._statements()
+        yield Run(st["set_alerts"], (bucket, [float(t) for t in thresholds]), True)
+
+    def _quotas(self, prefix: str | None) -> Plan[list[Quota]]:
+        st = yield from self._statements()
+        rows = yield Run(st["quotas"], (prefix,), True)
+        return [Quota(*row) for row in rows]
+
     # -- set-up
 
     def _ensure(self, name: str, capacity: float, refill: float, per: Duration,
@@ -620,13 +817,18 @@ class ReservationCore:
     call, and the plans that settle them exactly once (see Reservation)."""
 
     def __init__(self, limiter: Core, costs: dict[str, float], decision: Decision,
-                 mapping: Mapping[str, str]) -> None:
+                 mapping: Mapping[str, str], lease: int | None = None) -> None:
         self.limiter = limiter
         self.costs = costs
         self.decision = decision
         self.mapping = mapping
         self.settled = False
         self.observation: _headers.Observation | None = None
+        self.lease = lease          # the lease taken with the tokens, until released
+
+    def _unlease(self) -> int | None:
+        lease, self.lease = self.lease, None
+        return lease
 
     def _used(self, used: float | Mapping[str, float]) -> dict[str, float]:
         if isinstance(used, Mapping):

@@ -7,14 +7,16 @@ AsyncLimiter.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
-from datetime import datetime
-from typing import Any, Iterable, Iterator, Mapping, cast
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any, Callable, Iterable, Iterator, Mapping, cast
 
 from . import _core, _drivers, headers as _headers
-from ._core import Costs, Decision, Duration, Plan, Run, T
-from .errors import ForkedConnection, TokenBucketError
+from ._core import Costs, Decision, Duration, Freed, Keep, Plan, Quota, Run, T
+from .errors import ForkedConnection, RateLimited, TokenBucketError
 
 
 # ---- where connections come from -------------------------------------------
@@ -28,9 +30,26 @@ from .errors import ForkedConnection, TokenBucketError
 class _Source:
     kind: str
     reconnects: bool
+    keeper: _Keeper | None = None
 
     def take(self, fresh: bool = False) -> tuple[Any, Any]:
         raise NotImplementedError
+
+    def open(self) -> Any:
+        """A new connection of the source's own, in autocommit (the lease
+        connection)."""
+        raise NotImplementedError
+
+    def leases(self) -> _Keeper:
+        if self.keeper is None:
+            self.keeper = _Keeper(self)
+        return self.keeper
+
+    def orphan(self) -> None:
+        """In a forked child: the parent's lease connection left alone."""
+        if self.keeper is not None and self.keeper.conn is not None:
+            _drivers.disown(_drivers.sync_fileno(self.keeper.conn))
+            self.keeper.conn = None
 
     def give(self, conn: Any, token: Any, ours: bool = False) -> None:
         raise NotImplementedError
@@ -50,7 +69,96 @@ class _Source:
         raise NotImplementedError
 
     def close(self) -> None:
-        pass
+        if self.keeper is not None:
+            self.keeper.close()
+
+
+class _Keeper:
+    """The one connection of a process that holds every session lease its
+    limiter takes: a held lease costs the process this connection in all,
+    never one per call, and the process's death still frees them all (its
+    session ends).  Statements on it take turns, each short (tb_lease never
+    waits here: the waits are the plans', holding nothing); a release wakes
+    the longest waiter of this process (see _core.Freed)."""
+
+    def __init__(self, source: _Source) -> None:
+        self.source = source
+        self.conn: Any = None
+        self.lock = threading.Lock()
+        self.freed = threading.Condition(threading.Lock())
+        self.released = 0
+        self.turns = _core.Turns()
+        self.turns_lock = threading.Lock()
+
+    def run(self, sql: str, params: tuple[Any, ...], frees: bool) -> tuple[_core.Rows, int]:
+        seen = self.released
+        try:
+            return self._take_turn(sql, params), seen
+        finally:
+            if frees:
+                with self.freed:
+                    self.released += 1
+                    self.freed.notify_all()
+
+    def _take_turn(self, sql: str, params: tuple[Any, ...]) -> _core.Rows:
+        if isinstance(self.source, _Single):       # the caller's one connection
+            conn, token = self.source.take()
+            try:
+                return self._run(conn, sql, params)
+            finally:
+                self.source.give(conn, token)
+        with self.lock:
+            if self.conn is not None and (_drivers.sync_closed(self.conn) or
+                                          _drivers.socket_readable(self.conn.fileno())):
+                self.close_conn()                   # the server closed it
+            if self.conn is None:
+                try:
+                    self.conn = self.source.open()
+                except Exception as exc:
+                    raise _core.connect_failure(exc) from exc
+            return self._run(self.conn, sql, params)
+
+    def _run(self, conn: Any, sql: str, params: tuple[Any, ...]) -> _core.Rows:
+        try:
+            return _drivers.sync_run(self.source.kind, conn, sql, params)
+        except Exception as exc:
+            err, lost = _core.lease_failure(exc)
+            if lost and conn is self.conn:
+                self.close_conn()
+            raise err from exc
+
+    def wait(self, seen: int, seconds: float) -> None:
+        with self.freed:
+            if self.released == seen:
+                self.freed.wait(seconds)
+
+    def take_turn(self, name: str, timeout: float | None) -> bool:
+        """Wait for this process's turn to wait for name's slots (see
+        _core.Turns); False when timeout passed first."""
+        with self.turns_lock:
+            waiter = self.turns.enter(name, threading.Event)
+        if waiter is None or waiter.wait(timeout):
+            return True
+        with self.turns_lock:
+            if not waiter.is_set():
+                self.turns.drop(name, waiter)
+                return False
+        return True
+
+    def give_turn(self, name: str) -> None:
+        with self.turns_lock:
+            waiter = self.turns.leave(name)
+        if waiter is not None:
+            waiter.set()
+
+    def close_conn(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            _drivers.sync_close(conn)
+
+    def close(self) -> None:
+        with self.lock:
+            self.close_conn()
 
 
 class _Single(_Source):
@@ -87,6 +195,9 @@ class _Single(_Source):
             self.lock.release()
 
     def discard(self, conn: Any) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
     def forked(self) -> _Source:
@@ -155,10 +266,14 @@ class _OwnPool(_Source):
         if not keep:
             _drivers.sync_close(conn)
 
+    def open(self) -> Any:
+        return _drivers.sync_connect(self.kind, self.dsn, self.kwargs)
+
     def forked(self) -> _OwnPool:
         for conn, _ in self.idle:
             _drivers.disown(_drivers.sync_fileno(conn))
         self.idle = []
+        self.orphan()
         return _OwnPool(self.dsn, self.kind, self.kwargs, self.max_size)
 
     def close(self) -> None:
@@ -166,6 +281,7 @@ class _OwnPool(_Source):
             idle, self.idle = self.idle, []
         for conn, _ in idle:
             _drivers.sync_close(conn)
+        super().close()
 
 
 class _PsycopgPool(_Source):
@@ -201,7 +317,12 @@ class _PsycopgPool(_Source):
         finally:
             self.pool.putconn(conn)
 
+    def open(self) -> Any:
+        dsn, kind, kwargs, _ = _drivers.psycopg_pool_settings(self.pool)
+        return _drivers.sync_connect(kind, dsn, kwargs)
+
     def forked(self) -> _OwnPool:
+        self.orphan()
         return _OwnPool(*_drivers.psycopg_pool_settings(self.pool))
 
 
@@ -263,6 +384,13 @@ class Limiter(_core.Core):
                     answer = self._exec(step.sql, step.params, step.safe)
                 except TokenBucketError as exc:
                     error = exc
+            elif isinstance(step, Keep):
+                try:
+                    answer = self._src().leases().run(step.sql, step.params, step.frees)
+                except TokenBucketError as exc:
+                    error = exc
+            elif isinstance(step, Freed):
+                self._src().leases().wait(step.seen, step.seconds)
             else:
                 time.sleep(step.seconds)
 
@@ -328,11 +456,27 @@ class Limiter(_core.Core):
 
     def reserve(self, costs: Costs, cost: float | None = None, *,
                 timeout: Duration | None = None, reserve: float | None = None,
-                wait: str = "client", headers: Mapping[str, str] | None = None) -> Reservation:
+                wait: str = "client", headers: Mapping[str, str] | None = None,
+                lease: str | None = None, slots: int = 1,
+                ttl: Duration | None = None) -> Reservation:
         """Take the tokens (as acquire) and return a Reservation to settle once;
-        RateLimited when they were not granted within timeout."""
-        c, decision = self._drive(self._reserve(costs, cost, timeout, reserve, wait))
-        return Reservation(self, c, decision, self._mapping(headers))
+        RateLimited when they were not granted within timeout.
+
+        lease: an in-flight limit whose slots are taken together with the
+        tokens, all or nothing (tb_lease_all), held as lease() holds them
+        (no connection while waiting, the process's lease connection while
+        held) and released when the block is left (or by release())."""
+        if lease is None:
+            plan = self._reserved(costs, cost, timeout, reserve, wait)
+        elif wait != "client":
+            raise ValueError("a lease with a reservation waits in the client (wait='client')")
+        else:
+            limit = lease
+            c, decision, held = self._waited(limit, timeout, lambda left: self._reserve_leased(
+                costs, cost, left, reserve, limit, slots, ttl))
+            return Reservation(self, c, decision, self._mapping(headers), held)
+        c, decision, held = self._drive(plan)
+        return Reservation(self, c, decision, self._mapping(headers), held)
 
     # -- after a call
 
@@ -367,11 +511,55 @@ class Limiter(_core.Core):
 
     @contextlib.contextmanager
     def lease(self, name: str, slots: int = 1, *, timeout: Duration | None = 0,
-              ttl: Duration | None = None, reserve: float | None = None) -> Iterator[int]:
-        """Hold slots of an in-flight limit for the block (tb_lease; with a
-        timeout other than 0, tb_lease_wait: None waits without limit).  The
-        lease is held by a connection kept for the block, so that it is freed
-        if this process dies.  RateLimited when the slots were not had."""
+              ttl: Duration | None = None, reserve: float | None = None,
+              wait: str = "client") -> Iterator[int]:
+        """Hold slots of an in-flight limit for the block (tb_lease); the
+        lease id.  RateLimited when the slots were not had within timeout
+        (0: at once; None: no limit).
+
+        wait="client" (the default): the lease is held by the one connection
+        this process keeps for its leases (so that the process's death frees
+        it), and the wait happens here, holding no connection: woken by a
+        release in this process, else asking again after a short pause.
+        wait="server": tb_lease_wait on a connection of the pool, kept for
+        the block (in arrival order across processes, but a connection per
+        lease held or awaited)."""
+        if wait == "server":
+            with self._server_lease(name, slots, timeout, ttl, reserve) as lease:
+                yield lease
+            return
+        if wait != "client":
+            raise ValueError("wait is 'client' or 'server'")
+        lease = self._waited(name, timeout,
+                             lambda left: self._lease(name, slots, left, ttl, reserve, None))
+        try:
+            yield lease
+        finally:
+            self._release(lease)
+
+    def _waited(self, name: str, timeout: Duration | None,
+                plan: Callable[[float | None], Plan[T]]) -> T:
+        """plan(the time left), run when it is this process's turn to wait
+        for name (at once for a call that does not wait)."""
+        limit = _core.seconds(timeout)
+        if limit == 0:
+            return self._drive(plan(0))
+        keeper = self._src().leases()
+        started = time.monotonic()
+        if not keeper.take_turn(name, limit):
+            raise RateLimited(f"no free slot of {name}", math.nan)
+        try:
+            return self._drive(plan(None if limit is None else
+                                    max(0.0, limit - (time.monotonic() - started))))
+        finally:
+            keeper.give_turn(name)
+
+    def _release(self, lease: int) -> None:
+        self._drive(self._unlease(lease))
+
+    @contextlib.contextmanager
+    def _server_lease(self, name: str, slots: int, timeout: Duration | None,
+                      ttl: Duration | None, reserve: float | None) -> Iterator[int]:
         st = self._drive(self._statements())
         src = self._src()
         with src.borrow() as conn:
@@ -394,6 +582,38 @@ class Limiter(_core.Core):
                     err_ = _core.release_failure(exc)
                     if err_ is not None:
                         raise err_ from exc
+
+    # -- budgets (extension 1.9)
+
+    def cost(self, model: str, input_tokens: int, output_tokens: int = 0,
+             cached: int = 0) -> Decimal:
+        """What a call costs by the price of model in force now (tb_cost),
+        exact, in the price's currency: input_tokens counts every input
+        token, cached those of them read from the provider's cache."""
+        return self._drive(self._cost(model, input_tokens, output_tokens, cached))
+
+    def ensure_quota(self, name: str, budget: float, period: str | timedelta, *,
+                     time_zone: str = "UTC", starts: datetime | None = None,
+                     carry_max: float = 0, memory: bool = False) -> str:
+        """A quota of budget tokens at each start of period ('1 month',
+        '1 day', or a timedelta) by the calendar of time_zone, made if
+        missing: 'created', 'changed' or 'unchanged' (tb_ensure_quota)."""
+        return self._drive(self._ensure_quota(name, budget, period, time_zone, starts,
+                                              carry_max, memory))
+
+    def set_parent(self, child: str, parent: str | None) -> None:
+        """Charge parent with every grant of child (None: no parent; tb_set_parent)."""
+        self._drive(self._set_parent(child, parent))
+
+    def set_alerts(self, bucket: str, thresholds: Iterable[float]) -> None:
+        """A quota's alert thresholds, shares of its budget spent (tb_set_alerts;
+        empty: none)."""
+        self._drive(self._set_alerts(bucket, thresholds))
+
+    def quotas(self, prefix: str | None = None) -> list[Quota]:
+        """Each quota's spend in its current period (tb_quotas), those whose
+        name starts with prefix when given."""
+        return self._drive(self._quotas(prefix))
 
     # -- set-up
 
@@ -421,8 +641,8 @@ class Reservation(_core.ReservationCore):
     limiter: Limiter
 
     def __init__(self, limiter: Limiter, costs: dict[str, float], decision: Decision,
-                 mapping: Mapping[str, str]) -> None:
-        super().__init__(limiter, costs, decision, mapping)
+                 mapping: Mapping[str, str], lease: int | None = None) -> None:
+        super().__init__(limiter, costs, decision, mapping, lease)
 
     def settle(self, used: float | Mapping[str, float] | None = None) -> None:
         """Charge what the call used (None: what was reserved)."""
@@ -437,12 +657,21 @@ class Reservation(_core.ReservationCore):
         reservation's buckets for the provider's retry-after."""
         return self.limiter._drive(self._observe(status, headers))
 
+    def release(self) -> None:
+        """Release the reservation's lease now (leaving the block does)."""
+        lease = self._unlease()
+        if lease is not None:
+            self.limiter._release(lease)
+
     def __enter__(self) -> Reservation:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if self._leaving(exc_type is not None):
-            try:
-                self.refund()
-            except TokenBucketError:
-                pass        # the call's own exception is the one to see
+        try:
+            if self._leaving(exc_type is not None):
+                try:
+                    self.refund()
+                except TokenBucketError:
+                    pass        # the call's own exception is the one to see
+        finally:
+            self.release()

@@ -11,7 +11,9 @@ session's), waiting up to timeout without holding a database connection;
 the response's status and headers are observed as soon as they arrive (a
 429 pauses the buckets and refunds); usage, a function of the JSON body
 returning what was used, settles after the block; an exception or a
-cancellation refunds.
+cancellation refunds.  lease=, the name of an in-flight limit: each
+request also holds a slot of it, taken with the tokens (all or nothing,
+waiting without a database connection) and released after the block.
 """
 from __future__ import annotations
 
@@ -30,9 +32,10 @@ class LimitedSession:
     def __init__(self, limiter: AsyncLimiter, costs: Mapping[str, float], *,
                  session: aiohttp.ClientSession | None = None, timeout: Duration | None = 60,
                  headers: Mapping[str, str] | None = None,
-                 usage: Callable[[Any], Any] | None = None, **session_kwargs: Any) -> None:
+                 usage: Callable[[Any], Any] | None = None, lease: str | None = None,
+                 **session_kwargs: Any) -> None:
         self.limiter, self.costs, self.timeout = limiter, costs, timeout
-        self.headers, self.usage = headers, usage
+        self.headers, self.usage, self.lease = headers, usage, lease
         self._own = session is None
         self.session = session if session is not None else aiohttp.ClientSession(**session_kwargs)
 
@@ -40,7 +43,8 @@ class LimitedSession:
     async def request(self, method: str, url: Any, *, costs: Mapping[str, float] | None = None,
                       **kwargs: Any) -> AsyncIterator[aiohttp.ClientResponse]:
         async with self.limiter.reserve(self.costs if costs is None else costs,
-                                        timeout=self.timeout, headers=self.headers) as r:
+                                        timeout=self.timeout, headers=self.headers,
+                                        lease=self.lease) as r:
             async with self.session.request(method, url, **kwargs) as response:
                 await r.observe(response.status, response.headers)
                 if response.status == 429:

@@ -25,6 +25,12 @@ handled, and the ids above it that were: a missing id is waited for until
 an event after it is ``settle`` seconds old (a charge's transaction open
 that long is taken to have rolled back, which leaves a gap for ever).
 
+It logs (logger "tokenbucket.alerts"; the command line to stderr) a line
+when it starts and one per event delivered.  A quota kept in money, given
+``--currency`` (ISO 4217: EUR, USD, JPY...), has its budget and remaining
+sent as decimal strings rounded to the currency's minor unit ("98.90", not
+98.89749999999987), with "currency" in the payload.
+
 The role it connects as needs SELECT on tb_alert_events and USAGE on the
 extension's schema.  It needs psycopg 3 (the ``psycopg`` extra).
 """
@@ -32,17 +38,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import select
 import tempfile
 import threading
 import urllib.request
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from ._core import quote_ident
 
 CHANNEL = "tb_alerts"
+log = logging.getLogger("tokenbucket.alerts")
+
+# ISO 4217 currencies whose minor unit is not a hundredth
+MINOR_DIGITS = {"BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0,
+                "PYG": 0, "RWF": 0, "UGX": 0, "UYI": 0, "VND": 0, "VUV": 0, "XAF": 0,
+                "XOF": 0, "XPF": 0, "BHD": 3, "IQD": 3, "JOD": 3, "KWD": 3, "LYD": 3,
+                "OMR": 3, "TND": 3, "CLF": 4, "UYW": 4}
+
+
+def money(value: float, currency: str) -> str:
+    """An amount as a decimal string in the currency's minor unit (half up)."""
+    digits = MINOR_DIGITS.get(currency.upper(), 2)
+    return str(Decimal(repr(value)).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP))
 
 
 @dataclass
@@ -100,7 +121,8 @@ def find_schema(conn: Any) -> str:
 
 
 def deliver_pending(conn: Any, url: str, state: State, state_path: str, *, schema: str,
-                    settle: float = 300.0, timeout: float = 10.0) -> int:
+                    settle: float = 300.0, timeout: float = 10.0,
+                    currency: str | None = None) -> int:
     """POST every event after those ``state`` says were handled; returns how many."""
     rows = conn.execute(
         "SELECT e.id, e.bucket, e.threshold, e.period_start, e.period_end, e.budget,"
@@ -112,9 +134,15 @@ def deliver_pending(conn: Any, url: str, state: State, state_path: str, *, schem
     for (id_, bucket, threshold, start, end, budget, remaining, at, _old) in rows:
         if id_ in state.delivered:
             continue
-        post(url, {"id": id_, "bucket": bucket, "threshold": threshold,
-                   "period_start": start.isoformat(), "period_end": end.isoformat(),
-                   "budget": budget, "remaining": remaining, "at": at.isoformat()}, timeout)
+        event = {"id": id_, "bucket": bucket, "threshold": threshold,
+                 "period_start": start.isoformat(), "period_end": end.isoformat(),
+                 "budget": budget, "remaining": remaining, "at": at.isoformat()}
+        if currency is not None:
+            event.update(budget=money(budget, currency), remaining=money(remaining, currency),
+                         currency=currency)
+        post(url, event, timeout)
+        log.info("delivered %s (%s at %g of its budget, %s left of %s) to %s", id_, bucket,
+                 threshold, event["remaining"], event["budget"], url)
         state.delivered.add(id_)
         sent += 1
         state.advance(set())
@@ -130,7 +158,7 @@ def deliver_pending(conn: Any, url: str, state: State, state_path: str, *, schem
 
 def run(dsn: str, url: str, state_path: str, *, schema: str | None = None, poll: float = 30.0,
         settle: float = 300.0, timeout: float = 10.0, once: bool = False,
-        stop: threading.Event | None = None) -> None:
+        stop: threading.Event | None = None, currency: str | None = None) -> None:
     """LISTEN and deliver until ``stop`` is set (``once``: deliver what is there, and return)."""
     import psycopg
 
@@ -138,11 +166,15 @@ def run(dsn: str, url: str, state_path: str, *, schema: str | None = None, poll:
     with psycopg.connect(dsn, autocommit=True) as conn:
         schema = schema or find_schema(conn)
         conn.execute(f"LISTEN {CHANNEL}")
+        log.info("started: events of %s.tb_alert_events after id %s to %s (state %s)%s",
+                 schema, state.last, url, state_path,
+                 "" if currency is None else f", money in {currency}")
         while True:
             try:
                 deliver_pending(conn, url, state, state_path, schema=schema, settle=settle,
-                                timeout=timeout)
-            except OSError:
+                                timeout=timeout, currency=currency)
+            except OSError as exc:
+                log.warning("the webhook failed, tried again at the next look: %s", exc)
                 # the webhook failed (urllib's errors are OSErrors): again at the next look
                 if once:
                     raise
@@ -165,9 +197,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds after which a missing id is taken for a rolled-back one")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds a POST may take")
     parser.add_argument("--once", action="store_true", help="deliver what is there, then exit")
+    parser.add_argument("--currency", help="the quotas' money (ISO 4217, e.g. EUR): amounts "
+                                           "sent as decimal strings in its minor unit")
     args = parser.parse_args(argv)
+    logging.basicConfig(format="%(name)s: %(message)s", level=logging.INFO)
     run(args.dsn, args.url, args.state, schema=args.schema, poll=args.poll, settle=args.settle,
-        timeout=args.timeout, once=args.once)
+        timeout=args.timeout, once=args.once, currency=args.currency)
     return 0
 
 

@@ -134,7 +134,12 @@ class OutcomeUnknown(ConnectionLost):
 
 class RateLimited(TokenBucketError):
     """Not granted within the timeout.  retry_after: seconds until the
-    bucket (or buckets) could grant it, as the server last said."""
+    bucket (or buckets) could grant it, as the server last said (NaN for a
+    slot of an in-flight limit: no one can say).  decision: the refusal
+    (a Decision), or None for a slot refused; decision.denied_by names the
+    bucket that refused: one called, or a parent charged with it (a team's
+    budget above a user's), so that the user's message can say which
+    budget is spent and when it renews (retry_after)."""
 
     def __init__(self, message: str, retry_after: float, decision: Any = None) -> None:
         super().__init__(message)

@@ -12,7 +12,10 @@ send, observe the status and headers (tb_sync from the remaining counts;
 on a 429, a pause for its retry-after), then settle: a 429 refunds (the
 provider billed nothing); usage(response), when given, returns what the
 call used (a number for the last bucket, or {bucket: used}) and settles it;
-an exception sending refunds.
+an exception sending refunds.  lease=, the name of an in-flight limit:
+each request also holds a slot of it, taken together with the tokens (all
+or nothing) and released when the transport returns the response (see
+Limiter.reserve).
 """
 from __future__ import annotations
 
@@ -37,14 +40,15 @@ class LimitedTransport(httpx.BaseTransport):
 
     def __init__(self, limiter: Limiter, costs: CostsFor, *, timeout: Duration | None = 60,
                  headers: Mapping[str, str] | None = None, usage: UsageOf | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None,
+                 lease: str | None = None) -> None:
         self.limiter, self.costs, self.timeout = limiter, costs, timeout
-        self.headers, self.usage = headers, usage
+        self.headers, self.usage, self.lease = headers, usage, lease
         self.transport = transport or httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         with self.limiter.reserve(_costs(self.costs, request), timeout=self.timeout,
-                                  headers=self.headers) as r:
+                                  headers=self.headers, lease=self.lease) as r:
             response = self.transport.handle_request(request)
             r.observe(response.status_code, response.headers)
             if response.status_code == 429:
@@ -66,14 +70,15 @@ class AsyncLimitedTransport(httpx.AsyncBaseTransport):
     def __init__(self, limiter: AsyncLimiter, costs: CostsFor, *,
                  timeout: Duration | None = 60, headers: Mapping[str, str] | None = None,
                  usage: UsageOf | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 lease: str | None = None) -> None:
         self.limiter, self.costs, self.timeout = limiter, costs, timeout
-        self.headers, self.usage = headers, usage
+        self.headers, self.usage, self.lease = headers, usage, lease
         self.transport = transport or httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         async with self.limiter.reserve(_costs(self.costs, request), timeout=self.timeout,
-                                        headers=self.headers) as r:
+                                        headers=self.headers, lease=self.lease) as r:
             response = await self.transport.handle_async_request(request)
             await r.observe(response.status_code, response.headers)
             if response.status_code == 429:

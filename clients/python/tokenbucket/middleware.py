@@ -10,7 +10,8 @@ The DBA makes the template once: SELECT tb_create('user:*', 20, 1).  The
 bucket is prefix + key; a key is untrusted input, so one that does not
 match key_pattern (1 to 64 of A-Z a-z 0-9 _ . -: never '*', which would
 name the template) is answered 400 and makes no bucket.  A request with no
-key (key returns None) passes unlimited, unless required=True (400).
+key (key returns None) is refused: 400 "missing key" (missing_status=401
+for 401), unless required=False, which lets it through unlimited.
 Every limited answer carries `RateLimit: "<policy>";r=<left>;t=<seconds to full>`
 (the IETF draft's field); a 429 also Retry-After in whole seconds, rounded up.
 """
@@ -70,20 +71,28 @@ def _headers(decision: Decision, policy: str) -> Headers:
     return out
 
 
+_REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden"}
+
+
 class _Rules:
-    def __init__(self, key: KeyOf, prefix: str, cost: float,
-                 key_pattern: re.Pattern[str], required: bool, policy: str) -> None:
+    def __init__(self, key: KeyOf, prefix: str, cost: float, key_pattern: re.Pattern[str],
+                 required: bool, missing_status: int, policy: str) -> None:
+        if missing_status not in _REASONS:
+            raise ValueError("missing_status is 400, 401 or 403")
         self.key, self.prefix, self.cost = key, prefix, cost
         self.pattern, self.required, self.policy = key_pattern, required, policy
+        self.missing_status = missing_status
 
-    def bucket(self, request: Request) -> tuple[str | None, int]:
-        """(bucket name or None, status to refuse with or 0)."""
+    def bucket(self, request: Request) -> tuple[str | None, int, bytes]:
+        """(bucket name or None, status to refuse with or 0, its body)."""
         value = self.key(request)
         if value is None:
-            return None, 400 if self.required else 0
+            if self.required:
+                return None, self.missing_status, b"missing key\n"
+            return None, 0, b""
         if not self.pattern.fullmatch(value):
-            return None, 400
-        return self.prefix + value, 0
+            return None, 400, b"invalid key\n"
+        return self.prefix + value, 0, b""
 
 
 class WSGIMiddleware:
@@ -91,16 +100,16 @@ class WSGIMiddleware:
 
     def __init__(self, app: Callable[..., Iterable[bytes]], limiter: Limiter, *,
                  key: KeyOf, prefix: str = "user:", cost: float = 1,
-                 key_pattern: re.Pattern[str] = KEY_PATTERN, required: bool = False,
-                 policy: str = "default") -> None:
+                 key_pattern: re.Pattern[str] = KEY_PATTERN, required: bool = True,
+                 missing_status: int = 400, policy: str = "default") -> None:
         self.app, self.limiter = app, limiter
-        self.rules = _Rules(key, prefix, cost, key_pattern, required, policy)
+        self.rules = _Rules(key, prefix, cost, key_pattern, required, missing_status, policy)
 
     def __call__(self, environ: Request, start_response: Callable[..., Any]) -> Iterable[bytes]:
-        bucket, refuse = self.rules.bucket(environ)
+        bucket, refuse, body = self.rules.bucket(environ)
         if refuse:
-            start_response("400 Bad Request", [("Content-Type", "text/plain")])
-            return [b"missing or invalid key\n"]
+            start_response(f"{refuse} {_REASONS[refuse]}", [("Content-Type", "text/plain")])
+            return [body]
         if bucket is None:
             return self.app(environ, start_response)
         decision = self.limiter.try_(bucket, self.rules.cost)
@@ -119,18 +128,18 @@ class ASGIMiddleware:
 
     def __init__(self, app: Any, limiter: AsyncLimiter, *,
                  key: KeyOf, prefix: str = "user:", cost: float = 1,
-                 key_pattern: re.Pattern[str] = KEY_PATTERN, required: bool = False,
-                 policy: str = "default") -> None:
+                 key_pattern: re.Pattern[str] = KEY_PATTERN, required: bool = True,
+                 missing_status: int = 400, policy: str = "default") -> None:
         self.app, self.limiter = app, limiter
-        self.rules = _Rules(key, prefix, cost, key_pattern, required, policy)
+        self.rules = _Rules(key, prefix, cost, key_pattern, required, missing_status, policy)
 
     async def __call__(self, scope: Request, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        bucket, refuse = self.rules.bucket(scope)
+        bucket, refuse, body = self.rules.bucket(scope)
         if refuse:
-            await _answer(send, 400, [], b"missing or invalid key\n")
+            await _answer(send, refuse, [], body)
             return
         if bucket is None:
             await self.app(scope, receive, send)
