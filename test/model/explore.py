@@ -42,7 +42,6 @@ SECOND = 1000000
 # merged, the sample that `make test` runs steps around them.  Remove an
 # entry when its fix lands.
 KNOWN_FINDINGS = {
-    '1': 'a rolled-back memory grant gives back tokens refilled meanwhile',
 }
 
 
