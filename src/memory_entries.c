@@ -916,6 +916,19 @@ memory_open_end(MemoryEntry *entry, double tokens, int64 takes)
 	}
 }
 
+/*
+ * Every take open on "entry" now gives back nothing if rolled back (under
+ * its spinlock): a change lowered the bucket to a level, where it would
+ * have lowered it as far had those takes never been made
+ * (memory_lowers_to_level()).  Takes made later count as before.
+ */
+void
+memory_open_void(MemoryEntry *entry)
+{
+	if (entry->open_takes != 0)
+		entry->open_low = -get_float4_infinity();
+}
+
 /* Give "entry" new settings at "now" (every lock held; see memory_open_note()). */
 void
 memory_reconfigure(MemoryEntry *entry, double capacity, double refill_rate,
