@@ -3,7 +3,7 @@
 EXTENSION = tokenbucket
 MODULE_big = tokenbucket
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" tokenbucket.control)
-OBJS = src/bucket.o src/period.o src/common.o src/shmem.o src/spi_session.o src/bucket_config.o src/table_store.o \
+OBJS = src/bucket.o src/period.o src/common.o src/clock.o src/shmem.o src/spi_session.o src/bucket_config.o src/table_store.o \
 	src/memory_entries.o src/memory_calendars.o src/memory_list.o src/memory_state.o src/memory_xact.o src/memory_store.o src/stats_hash.o src/stats_state.o src/stats.o src/stats_views.o src/hierarchy.o src/report.o src/alerts.o src/router.o src/wait.o src/limit_config.o src/limit_wake.o src/lease_pool.o src/lease_memory_records.o src/lease_memory_xact.o src/lease_memory.o src/lease_table.o src/limit_router.o src/lease.o src/xact.o src/held.o src/shard_call.o src/quota.o src/tokenbucket.o
 DATA = $(wildcard sql/tokenbucket--*.sql)
 # the queries file for prometheus-postgres-exporter, into $(pg_config --docdir)/extension
@@ -11,7 +11,7 @@ DOCS = prometheus/tokenbucket.yaml
 
 # pg_regress: inputs in sql/, outputs in expected/
 REGRESS = api errors nulls ensure clock security settle all templates upgrade exact look memory stats \
-	untrusted leases leases_memory lease_kinds lease_kinds_swapped deny reserve money periods hierarchy alerts ensure_quota
+	untrusted leases leases_memory lease_kinds lease_kinds_swapped deny reserve money periods hierarchy alerts ensure_quota test_clock
 # isolation specs live in test/isolation/{specs,expected}
 ISOLATION = race_last_token wait_uncommitted rollback_returns all_or_nothing \
 	acquire_all_deadlock template_first_use concurrent_purge memory_race \
@@ -81,7 +81,7 @@ all install installcheck installcheck-pgtap prove_installcheck:
 	      "or install postgresql-server-dev-NN and set PG_CONFIG." >&2; exit 1
 endif
 
-.PHONY: demo test test-versions deb dist bench bench-compare bench-instructions
+.PHONY: demo test check-model test-versions deb dist bench bench-compare bench-instructions
 
 # Both set up a fresh Debian 12 machine as root (packages, build, install,
 # a throwaway server) and clean up after themselves.
@@ -90,6 +90,13 @@ demo:
 
 test:
 	SANITIZE=$(SANITIZE) bash test/run.sh
+
+# N schedules of each store (seeds 1..N) checked against the rules' model
+# (test/model), on a throwaway server with the test clock; MODEL_ARGS adds
+# explore.py options (--known "" shows the known findings too).
+N ?= 1000
+check-model:
+	TB_ONLY=model TB_JOBS=1 TB_MODEL_N=$(N) TB_MODEL_ARGS='$(MODEL_ARGS)' bash test/run.sh
 
 # The suite of `make test`, and the Debian packages with their regression
 # tests against the installed files, on PostgreSQL 15, 17 and 18, each in a

@@ -1772,3 +1772,27 @@ COMMENT ON FUNCTION @extschema@.tb_ensure_quota(text, float8, interval, text, ti
 	'tb_create_quota''s quota, made if missing (''created''), given these settings if it has others, keeping its tokens (''changed''), or left as it is (''unchanged'')';
 
 REVOKE ALL ON FUNCTION @extschema@.tb_ensure_quota(text, float8, interval, text, timestamp, float8, boolean) FROM PUBLIC;
+
+--
+-- The test clock (tokenbucket.test_clock, for tests only): set or move
+-- the moment every decision reads.  Refused (55000) unless the server was
+-- started with the setting on; superuser only.
+--
+CREATE FUNCTION @extschema@.tb_test_clock_set(at timestamptz)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'tb_test_clock_set'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_test_clock_set(timestamptz) IS
+	'for tests only (tokenbucket.test_clock = on): the moment every decision reads is now "at"';
+
+CREATE FUNCTION @extschema@.tb_test_clock_advance(by interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'tb_test_clock_advance'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.tb_test_clock_advance(interval) IS
+	'for tests only (tokenbucket.test_clock = on): move the moment every decision reads on by "by"; returns the new moment';
+
+REVOKE ALL ON FUNCTION @extschema@.tb_test_clock_set(timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.tb_test_clock_advance(interval) FROM PUBLIC;

@@ -50,6 +50,7 @@
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "commands/trigger.h"
+#include "common.h"
 #include "common/hashfn.h"
 #include "port/atomics.h"
 #include "shmem.h"
@@ -514,7 +515,7 @@ check_quota_name(Oid relid, text *name)
 	BucketConfig config;
 	char	   *cname = text_to_cstring(name);
 
-	if (bucket_config_find(relid, name, GetCurrentTimestamp(), true, 0, &config) == CONFIG_NONE)
+	if (bucket_config_find(relid, name, tb_clock_now(), true, 0, &config) == CONFIG_NONE)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("token bucket \"%s\" does not exist", cname),

@@ -575,7 +575,7 @@ restored_row(TriggerData *trigdata, HeapTuple row, Datum capacity)
 {
 	TupleDesc	desc = RelationGetDescr(trigdata->tg_relation);
 	int			columns[2] = {SPI_fnumber(desc, "deficit"), SPI_fnumber(desc, "updated_at")};
-	Datum		values[2] = {capacity, TimestampTzGetDatum(GetCurrentTimestamp())};
+	Datum		values[2] = {capacity, TimestampTzGetDatum(tb_clock_now())};
 	bool		isnull[2] = {false, false};
 	int			memory = SPI_fnumber(desc, "memory");
 	int			period = SPI_fnumber(desc, "period");

@@ -16,6 +16,7 @@
 #include "datatype/timestamp.h"
 #include "fmgr.h"
 #include "utils/resowner.h"
+#include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
 /* 16 moved the varlena macros (VARDATA_ANY and the rest) out of postgres.h */
@@ -79,6 +80,24 @@ installation_limits(Installation *inst)
 /* A DROP that takes an installation or a database with it (object_access_hook). */
 extern bool installation_dropped(ObjectAccessType access, Oid classId, Oid objectId,
 								 int subId, Oid *dbid, Oid *relid);
+
+/*
+ * The clock (clock.c): "now" for every decision.  The test clock is read
+ * only on a server started with tokenbucket.test_clock on; otherwise this
+ * is GetCurrentTimestamp() behind one branch.  Waits sleep and time out on
+ * the real clock.
+ */
+extern PGDLLIMPORT bool tb_test_clock;
+extern TimestampTz tb_test_clock_read(void);
+extern void clock_init(void);
+
+static inline TimestampTz
+tb_clock_now(void)
+{
+	if (likely(!tb_test_clock))
+		return GetCurrentTimestamp();
+	return tb_test_clock_read();
+}
 
 /* Names */
 

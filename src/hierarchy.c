@@ -527,7 +527,7 @@ hierarchy_reserved_at(FunctionCallInfo fcinfo, int argno)
 	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
 		return DT_NOBEGIN;
 	at = PG_GETARG_TIMESTAMPTZ(argno);
-	if (at > GetCurrentTimestamp())
+	if (at > tb_clock_now())
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("reserved_at %s is after now", timestamptz_to_str(at)),

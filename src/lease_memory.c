@@ -304,7 +304,7 @@ typedef struct ListedLease
 static void
 memory_list(Oid relid, Tuplestorestate *store, TupleDesc desc)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 	ListedLease *rows;
 	int			n = 0;
 	int			maxrows = 0;

@@ -29,6 +29,7 @@
  */
 #include "postgres.h"
 
+#include "common.h"
 #include "lease_memory_records.h"
 #include "lease_pool.h"
 #include "miscadmin.h"
@@ -170,7 +171,7 @@ wake_add(WakeList *wake, const LimitEntry *limit, int32 ended, int32 expired)
 void
 lease_wake_all(WakeList *wake)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 
 	for (int i = 0; i < wake->n; i++)
 	{

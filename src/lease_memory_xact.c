@@ -123,7 +123,7 @@ end_of_xact(SubTransactionId subid, SubTransactionId parent, bool commit)
 
 	if (lease_shared == NULL || (xact_leases == NIL && (forgets == NIL || !commit)))
 		return;
-	now = GetCurrentTimestamp();
+	now = tb_clock_now();
 	if (commit && !top)
 	{
 		foreach(cell, xact_leases)
@@ -235,7 +235,7 @@ lease_memory_exit(void)
 
 	if (lease_shared == NULL || !leased_here)
 		return;
-	now = GetCurrentTimestamp();
+	now = tb_clock_now();
 	LWLockAcquire(lease_shared->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < max_memory_leases; i++)
 	{

@@ -231,7 +231,7 @@ count_freed(LeaseRequest *request, const LimitCounters *freed)
 	if (!stats_enabled() || !OidIsValid(request->limits))
 		return;
 	stats_count_limit(request->limits, request->name, freed, request->template_len,
-					  template_len_of, request, GetCurrentTimestamp());
+					  template_len_of, request, tb_clock_now());
 }
 
 /* reserve_left()'s look, in a subtransaction rolled back after it. */

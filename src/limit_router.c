@@ -120,7 +120,7 @@ count(LeaseRequest *request, const LimitCounters *delta)
 	if (!stats_enabled() || !OidIsValid(request->limits))
 		return;
 	stats_count_limit(request->limits, request->name, delta, request->template_len,
-					  template_len_of, request, GetCurrentTimestamp());
+					  template_len_of, request, tb_clock_now());
 }
 
 /* Count a lease decided without waiting: granted (with its slots), or refused. */
@@ -247,7 +247,7 @@ lease_step(void *arg)
 {
 	LeaseRequest *request = arg;
 	const LimitStoreRoutine *store;
-	bool		granted = take_or_refuse(request, GetCurrentTimestamp(), &store);
+	bool		granted = take_or_refuse(request, tb_clock_now(), &store);
 
 	count_lease(request, granted);
 	return granted;
@@ -309,7 +309,7 @@ lease_cached(Installation *inst, LeaseRequest *request, bool *granted)
 	request->holder = GetUserId();
 	set_limit(request, limit, drops);
 	check_slots(request, limit);
-	taken = limit_store_take(&memory_limit_store, request, GetCurrentTimestamp());
+	taken = limit_store_take(&memory_limit_store, request, tb_clock_now());
 	if (taken == LEASE_STALE)
 		return false;
 	*granted = taken == LEASE_GRANTED;
@@ -386,7 +386,7 @@ limit_release(Installation *inst, int64 lease)
 		session = spi_begin(inst, true);
 	freed = limit_store_release(store, installation_table(inst), lease, caller,
 								has_privs_of_role(caller, installation_owner(inst)),
-								GetCurrentTimestamp(), &released) == LEASE_FREED;
+								tb_clock_now(), &released) == LEASE_FREED;
 	if (freed)
 	{
 		LeaseRequest counted = {.relid = installation_table(inst),
@@ -557,7 +557,7 @@ report_leases_held(const HeldName *held, const LimitStoreRoutine *store,
 static void
 check_leases_stay(Oid relid, bool renames)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 	List	   *held[NUM_STORES];
 	Datum	   *names;
 	ArrayType  *name_array;

@@ -391,7 +391,7 @@ init_entry(MemoryEntry *entry, uint32 hashcode, MemoryTemplate *template,
 	entry->template = template;
 	entry->owner = owner;
 	entry->used = true;
-	entry->since = GetCurrentTimestamp();
+	entry->since = tb_clock_now();
 	SpinLockInit(&entry->mutex);
 	entry->waiter = -1;
 	entry->pins = 0;
@@ -567,7 +567,7 @@ memory_make_entry(const MemoryKey *key, int template_len, const Bucket *state,
 	uint32		hashcode = memory_hashcode(key);
 	MemoryTemplate *template = NULL;
 	MemoryTemplate *from = NULL;
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 	Bucket		shared_state;
 
 	*made = NULL;
@@ -815,7 +815,7 @@ memory_require(void)
 			if (memory_shared->timeline != timeline)
 			{
 				memory_remove_every();
-				memory_shared->empty_at = GetCurrentTimestamp();
+				memory_shared->empty_at = tb_clock_now();
 				memory_shared->timeline = timeline;
 			}
 			memory_unlock_all();
@@ -914,6 +914,19 @@ memory_open_end(MemoryEntry *entry, double tokens, int64 takes)
 		entry->open_takes -= (int32) takes;
 		entry->open_tokens -= tokens;
 	}
+}
+
+/*
+ * Every take open on "entry" now gives back nothing if rolled back (under
+ * its spinlock): a change lowered the bucket to a level, where it would
+ * have lowered it as far had those takes never been made
+ * (memory_lowers_to_level()).  Takes made later count as before.
+ */
+void
+memory_open_void(MemoryEntry *entry)
+{
+	if (entry->open_takes != 0)
+		entry->open_low = -get_float4_infinity();
 }
 
 /* Give "entry" new settings at "now" (every lock held; see memory_open_note()). */

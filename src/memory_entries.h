@@ -163,6 +163,7 @@ extern void memory_open_add(MemoryEntry *entry, double tokens, double *opened,
 extern void memory_reconfigure(MemoryEntry *entry, double capacity,
 							   double refill_rate, TimestampTz now);
 extern void memory_open_end(MemoryEntry *entry, double tokens, int64 takes);
+extern void memory_open_void(MemoryEntry *entry);
 extern void memory_give_back(MemoryEntry *entry, double tokens, TimestampTz now);
 extern bool memory_evictable(MemoryEntry *entry, TimestampTz now, bool exactly);
 extern bool memory_covered(const MemoryKey *key);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "catalog/pg_control.h"
+#include "common.h"
 #include "common/controldata_utils.h"
 #include "memory_entries.h"
 #include "memory_state.h"
@@ -107,7 +108,7 @@ load_state(bool *existed)
 			uint16		template_len;
 			Bucket		bucket = {0};
 			BucketPeriod period = {0};
-			TimestampTz since = GetCurrentTimestamp();
+			TimestampTz since = tb_clock_now();
 			StatsCounts counters = {0};
 			MemoryEntry *entry;
 
@@ -202,7 +203,7 @@ memory_startup(void)
 					(errmsg("file \"%s\" not found: memory token buckets start empty",
 							STATE_FILE),
 					 errdetail("Memory buckets were used here before, and the last shutdown did not save their state (a crash, or a save that failed).")));
-		memory_shared->empty_at = used_before || existed ? GetCurrentTimestamp() : DT_NOBEGIN;
+		memory_shared->empty_at = used_before || existed ? tb_clock_now() : DT_NOBEGIN;
 		memory_shared->timeline = control->checkPointCopy.ThisTimeLineID;
 	}
 	memory_loading = false;

@@ -56,6 +56,9 @@
 static void memory_check_make(int len);
 static bool memory_change(Oid relid, text *name, BucketChange change,
 						  const void *arg, TimestampTz now, Bucket *after);
+static bool memory_lowers_to_level(MemoryEntry *entry, const Undo *undo,
+								   const Bucket *before, const Bucket *after,
+								   BucketChange change, const void *arg, TimestampTz now);
 
 /*
  * Find the entry this backend uses for "name", and take its partition's
@@ -215,7 +218,7 @@ memory_peek(Oid relid, Request *request)
 	request->bucket = entry->bucket;
 	SpinLockRelease(&entry->mutex);
 	if (given.credit > 0 || given.lifted)
-		request->bucket = memory_view(&request->bucket, &given, GetCurrentTimestamp());
+		request->bucket = memory_view(&request->bucket, &given, tb_clock_now());
 	request->template_len = memory_template_name_len(entry);
 	LWLockRelease(lock);
 	return true;
@@ -366,6 +369,41 @@ memory_generation(void)
 }
 
 /*
+ * Whether "change" (with "arg"), which made "after" of "before" at "now"
+ * on "entry" (under its spinlock), lowers the bucket to a level (tb_sync)
+ * while other transactions' takes are open: had those takes never been
+ * made, the bucket would be fuller by up to what they took, and such a
+ * change would take that much more from it, so a rollback of theirs must
+ * give back nothing (memory_open_void()), or it would give back what the
+ * change took away.  A change that takes as much from the fuller bucket
+ * (a settlement upward) leaves them as they are; one that gives back
+ * (a refund, a reset) reaches them at commit as any change does
+ * (memory_open_note()).  This transaction's own takes alone at this level
+ * ("undo") are left too: their rollback undoes the change with them.
+ */
+static bool
+memory_lowers_to_level(MemoryEntry *entry, const Undo *undo, const Bucket *before,
+					   const Bucket *after, BucketChange change, const void *arg,
+					   TimestampTz now)
+{
+	Bucket		fuller = *before;
+	double		deficit;
+	double		taken;
+	double		taken_fuller;
+
+	if (entry->open_takes == 0 || entry->key.provisional ||
+		(entry->open_takes > 0 && entry->open_tokens <= undo->opened))
+		return false;
+	deficit = bucket_deficit_at(before, now);
+	fuller.deficit = fmax(0.0, deficit - entry->open_tokens);
+	fuller.updated_at = Max(before->updated_at, now);
+	change(&fuller, now, arg);
+	taken = bucket_deficit_at(after, now) - deficit;
+	taken_fuller = bucket_deficit_at(&fuller, now) - fmax(0.0, deficit - entry->open_tokens);
+	return taken_fuller > 0 && taken_fuller > taken + 1e-9 * fmax(1.0, fabs(taken));
+}
+
+/*
  * change(): on this transaction's view of the entry, under its spinlock;
  * what it takes is taken at once and remembered for a rollback, what it
  * gives back reaches the entry at commit (memory_settle()).
@@ -379,6 +417,7 @@ memory_change(Oid relid, text *name, BucketChange change, const void *arg,
 	MemoryEntry *entry = lookup(relid, name, &key, &lock);
 	Undo	   *undo;
 	Given		given;
+	Bucket		before;
 	int			waiter = -1;
 
 	if (entry == NULL)
@@ -387,9 +426,12 @@ memory_change(Oid relid, text *name, BucketChange change, const void *arg,
 	memory_given(entry, &given);
 	SpinLockAcquire(&entry->mutex);
 	*after = memory_view(&entry->bucket, &given, now);
+	before = *after;
 	change(after, now, arg);
 	if (isfinite(after->deficit))
 	{
+		if (memory_lowers_to_level(entry, undo, &before, after, change, arg, now))
+			memory_open_void(entry);
 		memory_settle(undo, entry, &given, after, now);
 		waiter = entry->waiter;
 	}
@@ -446,7 +488,7 @@ memory_configure(ConfigChange kind, Oid relid, const char *name, int len,
 	if (kind == CONFIG_MADE)
 	{
 		text	   *t = cstring_to_text_with_len(name, len);
-		Bucket		state = memory_new_state(settings, GetCurrentTimestamp());
+		Bucket		state = memory_new_state(settings, tb_clock_now());
 
 		if (len <= SHARED_NAME_MAX_BYTES)
 			(void) memory_make(relid, t, &state, 0, 0, true);
@@ -610,7 +652,7 @@ memory_count(const SharedKey *name, const BucketCounters *delta, TimestampTz at)
 static void
 memory_reset_counters(Oid relid, text *name)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 	bool		template = name != NULL && is_template_name(name);
 	int			len = name ? VARSIZE_ANY_EXHDR(name) - (template ? 1 : 0) : 0;
 

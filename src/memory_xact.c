@@ -446,7 +446,7 @@ apply_undo(const Undo *undo, bool give_back, TimestampTz now)
 static void
 undo_level_end(int level, bool abort)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 	ListCell   *lc;
 
 	if (undos == NULL || level >= undo_top)
@@ -704,7 +704,7 @@ apply_pending(const Pending *pending, TimestampTz now)
 static void
 commit_configuration(void)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 	ListCell   *lc;
 
 	memory_lock_all(LW_EXCLUSIVE);
@@ -828,7 +828,7 @@ static void
 undo_all(bool give_back)
 {
 	/* only giving back refills to the moment */
-	TimestampTz now = give_back || gave_back ? GetCurrentTimestamp() : 0;
+	TimestampTz now = give_back || gave_back ? tb_clock_now() : 0;
 
 	for (int level = undo_top - 1; level >= 0; level--)
 	{

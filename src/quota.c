@@ -88,7 +88,7 @@ quota_from_args(FunctionCallInfo fcinfo, const char *function, Bucket *quota,
 	char	   *zone_name;
 	double		budget;
 	double		carry_max;
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 	BucketPeriod period;
 
 	check_not_null(fcinfo, &args);
@@ -206,7 +206,7 @@ tb_ensure_quota(PG_FUNCTION_ARGS)
 		SpiSession	session = spi_begin(&inst, true);
 
 		bucket_config_set_period(installation_table(&inst), name, &calendar,
-								 GetCurrentTimestamp());
+								 tb_clock_now());
 		spi_end(&session);
 	}
 	if (new_budget)

@@ -425,7 +425,7 @@ template_step(void *arg)
 	BucketConfig config;
 	SpiSession	session = spi_begin(lookup->inst, false);
 
-	(void) bucket_config_find(lookup->relid, lookup->name, GetCurrentTimestamp(),
+	(void) bucket_config_find(lookup->relid, lookup->name, tb_clock_now(),
 							  false, 0, &config);
 	spi_end(&session);
 	lookup->template_len = config.source == CONFIG_NONE ? 0 : config.template_len;
@@ -586,7 +586,7 @@ router_count_wait_begin(Installation *inst, const Request *requests,
 
 	if (!stats_enabled())
 		return;
-	now = GetCurrentTimestamp();
+	now = tb_clock_now();
 	for (int i = 0; i < nrequests; i++)
 	{
 		BucketCounters delta = {.cancelled = 1};
@@ -609,7 +609,7 @@ router_count_wait(Installation *inst, const Request *requests,
 
 	if (!stats_enabled())
 		return;
-	now = GetCurrentTimestamp();
+	now = tb_clock_now();
 	for (int i = 0; i < nrequests; i++)
 	{
 		BucketCounters delta = {.cancelled = -1};
@@ -722,7 +722,7 @@ router_require(Installation *inst, text *name)
 	Request		request = {.name = name, .cost = 0, .template_len = -1};
 	SpiSession	session = spi_begin(inst, true);
 
-	peek_one(installation_table(inst), &request, GetCurrentTimestamp());
+	peek_one(installation_table(inst), &request, tb_clock_now());
 	spi_end(&session);
 }
 
@@ -738,7 +738,7 @@ router_alter(Installation *inst, text *name, double capacity,
 {
 	SpiSession	session = spi_begin(inst, true);
 	Oid			relid = installation_table(inst);
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 
 	for (int attempt = 0;; attempt++)
 	{
@@ -769,7 +769,7 @@ router_create(Installation *inst, text *name, double capacity,
 		memory_store.check_make(VARSIZE_ANY_EXHDR(name) -
 								(is_template_name(name) ? 1 : 0));
 	created = bucket_config_insert(installation_table(inst), name, capacity,
-								   refill_rate, memory, GetCurrentTimestamp());
+								   refill_rate, memory, tb_clock_now());
 	spi_end(&session);
 	return created;
 }

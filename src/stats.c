@@ -671,7 +671,7 @@ stats_init(void)
 void
 stats_reset(Oid relid, text *name)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 	SharedKey	key;
 
 	stats_require();

@@ -99,6 +99,7 @@ object_accessed(ObjectAccessType access, Oid classId, Oid objectId, int subId,
 void
 _PG_init(void)
 {
+	clock_init();
 	router_init();
 	limit_router_init();
 	xact_init();
@@ -348,7 +349,7 @@ tb_acquire(PG_FUNCTION_ARGS)
 	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0),
 						   PG_NARGS() > 1 ? PG_GETARG_FLOAT8(1) : 1.0, 2);
 	requests = hierarchy_expand(&inst, &request, &n);
-	PG_RETURN_BOOL(router_take(&inst, requests, n, GetCurrentTimestamp()));
+	PG_RETURN_BOOL(router_take(&inst, requests, n, tb_clock_now()));
 }
 
 PG_FUNCTION_INFO_V1(tb_try);
@@ -372,7 +373,7 @@ tb_try(PG_FUNCTION_ARGS)
 	check_not_null(fcinfo, &args);
 	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
 	requests = hierarchy_expand(&inst, &request, &n);
-	now = GetCurrentTimestamp();
+	now = tb_clock_now();
 	granted = router_take(&inst, requests, n, now);
 	PG_RETURN_DATUM(report_datum(fcinfo, requests, n, granted, now));
 }
@@ -400,7 +401,7 @@ tb_peek(PG_FUNCTION_ARGS)
 	check_not_null(fcinfo, &args);
 	request = request_from(fcinfo, PG_GETARG_TEXT_PP(0), PG_GETARG_FLOAT8(1), 2);
 	requests = hierarchy_expand(&inst, &request, &n);
-	now = GetCurrentTimestamp();
+	now = tb_clock_now();
 	for (int i = 0; i < n; i++)
 	{
 		router_peek(&inst, &requests[i], now);
@@ -456,7 +457,7 @@ tb_acquire_all(PG_FUNCTION_ARGS)
 
 	check_not_null(fcinfo, &args);
 	requests = requests_from_args(fcinfo, &inst, 2, &n);
-	PG_RETURN_BOOL(router_take(&inst, requests, n, GetCurrentTimestamp()));
+	PG_RETURN_BOOL(router_take(&inst, requests, n, tb_clock_now()));
 }
 
 PG_FUNCTION_INFO_V1(tb_acquire_all_wait);
@@ -497,7 +498,7 @@ take_buckets(void *arg)
 	BucketsToTake *buckets = arg;
 
 	return router_take(buckets->inst, buckets->requests, buckets->nrequests,
-					   GetCurrentTimestamp());
+					   tb_clock_now());
 }
 
 PG_FUNCTION_INFO_V1(tb_lease_all);
@@ -559,7 +560,7 @@ tb_try_all(PG_FUNCTION_ARGS)
 	Request    *requests;
 	int			n;
 	bool		granted;
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 
 	check_not_null(fcinfo, &args);
 	store = materialize_begin(fcinfo, &desc);
@@ -588,7 +589,7 @@ static double
 update_bucket(Installation *inst, text *name, BucketChange change,
 			  const void *arg, const BucketCounters *delta)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 	Bucket		bucket;
 
 	check_bucket_name(name);
@@ -728,7 +729,7 @@ tb_sync(PG_FUNCTION_ARGS)
 static void
 pause_until(Installation *inst, text *name, TimestampTz until)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 
 	if (until > now)
 	{
@@ -771,7 +772,7 @@ tb_pause_for(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("duration must be a finite interval")));
 	pause_until(&inst, PG_GETARG_TEXT_PP(0),
-				timestamp_after(GetCurrentTimestamp(), usecs));
+				timestamp_after(tb_clock_now(), usecs));
 	PG_RETURN_VOID();
 }
 
@@ -789,7 +790,7 @@ tb_purge(PG_FUNCTION_ARGS)
 {
 	static const ArgsSpec args = {"tb_purge", 0, {"idle"}};
 	Installation inst = installation_of(fcinfo);
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = tb_clock_now();
 	double		usecs;
 
 	check_not_null(fcinfo, &args);
@@ -879,7 +880,7 @@ tb_ensure(PG_FUNCTION_ARGS)
 
 	check_not_null(fcinfo, &args);
 	name = settings_from_args(fcinfo, &made.capacity, &made.refill_rate);
-	made.updated_at = GetCurrentTimestamp();
+	made.updated_at = tb_clock_now();
 	if (router_ensure(&inst, name, &made, PG_GETARG_BOOL(4), &found))
 		PG_RETURN_TEXT_P(ensure_result_text(ENSURE_CREATED));
 	refuse_rate_for_quota(name, found.bucket.period != NULL, "tb_ensure");
@@ -928,7 +929,7 @@ tb_alter(PG_FUNCTION_ARGS)
 		BucketConfig config;
 		bool		quota;
 
-		quota = bucket_config_find(installation_table(&inst), name, GetCurrentTimestamp(),
+		quota = bucket_config_find(installation_table(&inst), name, tb_clock_now(),
 								   true, 0, &config) != CONFIG_NONE &&
 			config.bucket.period != NULL;
 		spi_end(&session);

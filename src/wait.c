@@ -65,6 +65,21 @@
 /* the head of a queue re-reads its buckets at least this often */
 #define RECHECK_USECS		USECS_PER_SEC
 
+/*
+ * Under the test clock (clock.c) a wait still sleeps and times out on the
+ * real clock, but the moment a bucket is ready on the test clock means
+ * nothing in real time: a waiter looks again (seeing the test clock) every
+ * TEST_CLOCK_RECHECK_USECS of real time, and whenever it is woken.
+ */
+#define TEST_CLOCK_RECHECK_USECS	10000
+
+/* The moment of an attempt made at real time "now": tb_clock_now(). */
+static inline TimestampTz
+decision_time(TimestampTz now)
+{
+	return likely(!tb_test_clock) ? now : tb_test_clock_read();
+}
+
 /* The tag of the queue of waiters on "name" (field4: which kind). */
 static void
 queue_tag_of(LOCKTAG *tag, const char *name, int len, uint16 field4)
@@ -275,8 +290,9 @@ wait_and_take(Installation *inst, Request *requests, int nrequests,
 	while (joined == nrequests)
 	{
 		TimestampTz now = GetCurrentTimestamp();
-		TimestampTz ready = now;
-		Attempt		attempt = {inst, requests, nrequests, now};
+		TimestampTz at = decision_time(now);
+		TimestampTz ready = at;
+		Attempt		attempt = {inst, requests, nrequests, at};
 		bool		timed_out = false;
 
 		/* a row another transaction holds is waited for until the deadline */
@@ -294,9 +310,11 @@ wait_and_take(Installation *inst, Request *requests, int nrequests,
 		for (int i = 0; i < nrequests; i++)
 			ready = Max(ready, bucket_ready_at(&requests[i].bucket,
 											   requests[i].cost,
-											   requests[i].reserve, now));
+											   requests[i].reserve, at));
 		if (!woken)
-			ready = Min(ready, now + RECHECK_USECS);
+			ready = Min(ready, at + RECHECK_USECS);
+		if (unlikely(tb_test_clock))
+			ready = now + TEST_CLOCK_RECHECK_USECS;
 		/* at least a millisecond, so that nothing can make this spin */
 		sleep_until(Max(Min(ready, deadline), now + 1000));
 		waited = true;
@@ -362,12 +380,16 @@ wait_in_queue(const char *name, int len, TimestampTz deadline,
 
 	while (joined)
 	{
-		QueuedAttempt queued = {attempt, arg, GetCurrentTimestamp(), DT_NOEND};
+		TimestampTz now = GetCurrentTimestamp();
+		QueuedAttempt queued = {attempt, arg, decision_time(now), DT_NOEND};
 		bool		timed_out = false;
 
 		granted = run_until(deadline, queued_attempt_step, &queued, &timed_out);
-		if (granted || timed_out || queued.now >= deadline)
+		if (granted || timed_out || now >= deadline)
 			break;
+		if (unlikely(tb_test_clock))
+			queued.ready = now + TEST_CLOCK_RECHECK_USECS;
+		queued.now = now;
 
 		/*
 		 * Woken and still refused: a holder that woke us on its way out may

@@ -178,6 +178,12 @@ suite_shell() {	# suite_shell LOG SCRIPT [ARG]
 	count_tap "$log" $rc
 }
 
+# test/model.sh: a shell suite on a server whose clock the tests move
+suite_model() {	# suite_model LOG [N]
+	TB_SERVER_CONF="${TB_SERVER_CONF:-}
+tokenbucket.test_clock = on" suite_shell "$1" test/model "${@:2}"
+}
+
 # a shell suite printing TAP that starts its own servers
 suite_own() {	# suite_own LOG SCRIPT [ARG]
 	local log=$1 rc=0
@@ -211,6 +217,7 @@ SUITES=(
 	"locks suite_shell test/locks"
 	"held suite_shell test/held"
 	"hierarchy suite_shell test/hierarchy"
+	"model suite_model"
 	"xact suite_shell test/xact"
 	"stats suite_own proxy/test/stats"
 	"exporter suite_shell test/exporter"
