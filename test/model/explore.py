@@ -10,7 +10,7 @@ store's answer is one the model allows (model.Expect), no window granted
 more than its ceiling (model.Ledger), and no call raised XX000.
 
     explore.py [--store model|table|memory|both] [--dsn DSN] [--seeds A-B]
-               [--new N] [--every [--limit N]] [--known 1,2] [--quiet]
+               [--new N] [--every [--limit N]] [--known 1,2] [--tap] [--summary] [--keep-going]
 
 --seeds runs the schedules of those seeds (random, each of STEPS steps);
 --new N adds N seeds drawn from the time, printed; --every runs every
