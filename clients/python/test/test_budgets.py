@@ -158,9 +158,9 @@ async def test_settle_gives_back_to_the_parent_async(admin, name):
         d = await lim.try_(user, 100)
         await lim.settle(user, 100, 40, reserved_at=d.reserved_at)
         await lim.refund(user, 0, reserved_at=d.reserved_at)
-        assert near(admin, user, 910) and near(admin, team, 910)
+        assert near(admin, user, 930) and near(admin, team, 930)
         async with lim.reserve(user, 100) as r:
             await lim.set_parent(user, other)
             await r.settle(30)
-        assert near(admin, user, 880) and near(admin, team, 810) and near(admin, other, 1000)
+        assert near(admin, user, 900) and near(admin, team, 830) and near(admin, other, 1000)
         await lim.close()
