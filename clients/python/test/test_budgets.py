@@ -117,12 +117,12 @@ def test_settle_gives_back_to_the_parent(admin, name):
     with lim.reserve(user, 100, lease=name + "calls") as r:        # tb_lease_all
         r.settle(60)
     assert near(admin, user, 910) and near(admin, team, 910)
-    # the limiter's own settle and refund, with the moment a decision gives
-    d = lim.try_(user, 100, reserve=0.01)
+    # the limiter's own settle and refund, with the moment a reservation keeps
+    d = lim.reserve(user, 100, reserve=0.01, timeout=0).decision
     assert d.granted and d.reserved_at is not None
     lim.settle(user, 100, 40, reserved_at=d.reserved_at)
     assert near(admin, user, 870) and near(admin, team, 870)
-    d = lim.try_({user: 50, other: 1})
+    d = lim.reserve({user: 50, other: 1}, timeout=0).decision
     lim.refund({user: 50, other: 1}, reserved_at=d.reserved_at)
     assert near(admin, user, 870) and near(admin, team, 870) and near(admin, other, 1000)
     # without the moment: to the bucket alone, as tb_settle without reserved_at
@@ -155,7 +155,7 @@ async def test_settle_gives_back_to_the_parent_async(admin, name):
         async with lim.reserve({user: 100, other: 1}) as r:
             await r.refund()
         assert near(admin, user, 970) and near(admin, team, 970)
-        d = await lim.try_(user, 100)
+        d = (await lim.reserve(user, 100)).decision
         await lim.settle(user, 100, 40, reserved_at=d.reserved_at)
         await lim.refund(user, 0, reserved_at=d.reserved_at)
         assert near(admin, user, 930) and near(admin, team, 930)
@@ -164,3 +164,21 @@ async def test_settle_gives_back_to_the_parent_async(admin, name):
             await r.settle(30)
         assert near(admin, user, 900) and near(admin, team, 830) and near(admin, other, 1000)
         await lim.close()
+
+
+def test_celery_settle_gives_back_to_the_parent(admin, name):
+    from celery import Celery
+    import tokenbucket.celery as tbc
+
+    team, other, user = hierarchy(admin, name)
+    lim = tokenbucket.Limiter(conninfo())
+    app = Celery("tb_test", broker="memory://", backend="cache+memory://")
+
+    @app.task(bind=True, max_retries=None)
+    @tbc.limited(lim, {user: 100})
+    def work(self, reservation=None):
+        reservation.settle(30)
+
+    work.apply().get()
+    assert near(admin, user, 970) and near(admin, team, 970)
+    lim.close()
