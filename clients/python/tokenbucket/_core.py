@@ -59,10 +59,10 @@ class Decision:
     denied_by: None when granted, else the bucket that refused (one called,
     or a parent of one: extension 1.9), of several the one that waits
     longest; None from a server that does not say (before 1.9, the proxy);
-    reserved_at: when granted by a call that takes, the server's now() of
-    the transaction that took the tokens, the moment to give settle and
-    refund (reserved_at=) so that they give back to the parents charged
-    (None: not granted, or a peek)."""
+    reserved_at: a reservation's (reserve, and acquire with wait="server"),
+    the server's now() of the transaction that took the tokens, the moment
+    to give settle and refund (reserved_at=) so that they give back to the
+    parents charged (None: not granted, or try_ and the others)."""
     granted: bool
     remaining: float
     retry_after: float
@@ -202,19 +202,15 @@ class Statements:
 
     def __init__(self, schema: str | None, paramstyle: str) -> None:
         s = "" if schema is None else quote_ident(schema) + "."
-        # a call that takes reads now() in its statement: the moment of the
-        # reservation, which settle and refund give back (reserved_at)
         sql = {
             "try": f"SELECT t.granted, t.remaining, t.retry_after_seconds, t.reset_after_seconds, "
-                   f"to_jsonb(t) ->> 'denied_by', now() FROM {s}tb_try($1::text, $2::float8) AS t",
+                   f"to_jsonb(t) ->> 'denied_by' FROM {s}tb_try($1::text, $2::float8) AS t",
             "try_r": f"SELECT t.granted, t.remaining, t.retry_after_seconds, t.reset_after_seconds, "
-                     f"to_jsonb(t) ->> 'denied_by', now() "
-                     f"FROM {s}tb_try($1::text, $2::float8, $3::float8) AS t",
-            "try_all": f"SELECT name, granted, remaining, retry_after_seconds, reset_after_seconds, "
-                       f"now() FROM {s}tb_try_all($1::text[], $2::float8[])",
+                     f"to_jsonb(t) ->> 'denied_by' FROM {s}tb_try($1::text, $2::float8, $3::float8) AS t",
+            "try_all": f"SELECT name, granted, remaining, retry_after_seconds, reset_after_seconds "
+                       f"FROM {s}tb_try_all($1::text[], $2::float8[])",
             "try_all_r": f"SELECT name, granted, remaining, retry_after_seconds, "
-                         f"reset_after_seconds, now() "
-                         f"FROM {s}tb_try_all($1::text[], $2::float8[], $3::float8)",
+                         f"reset_after_seconds FROM {s}tb_try_all($1::text[], $2::float8[], $3::float8)",
             "peek": f"SELECT t.granted, t.remaining, t.retry_after_seconds, t.reset_after_seconds, "
                     f"to_jsonb(t) ->> 'denied_by' FROM {s}tb_peek($1::text, $2::float8) AS t",
             "peek_r": f"SELECT t.granted, t.remaining, t.retry_after_seconds, t.reset_after_seconds, "
@@ -275,6 +271,11 @@ class Statements:
                       f"period_start, period_end, memory, template FROM {s}tb_quotas "
                       f"WHERE starts_with(name, coalesce($1::text, '')) ORDER BY name",
         }
+        # a reservation's grant reads now() in its statement too: the moment
+        # settle and refund give back (reserved_at); try_ goes without (a
+        # timestamptz column costs a try_ a tenth more)
+        for k in ("try", "try_r", "try_all", "try_all_r"):
+            sql[k + "_at"] = sql[k].replace(" FROM ", ", now() FROM ", 1)
         self.prefix = s
         for text in sql.values():   # "%s" takes parameters in the order written
             used = [int(p[1:]) for p in _PARAM.findall(text)]
@@ -294,18 +295,21 @@ SCHEMA_QUERY = ("SELECT n.nspname FROM pg_catalog.pg_extension e "
 Call = tuple[str, tuple[Any, ...], Union[list[str], None]]
 
 
-def try_call(st: Statements, costs: dict[str, float], reserve: float | None) -> Call:
-    """(sql, params, names or None) of the grant for these costs."""
+def try_call(st: Statements, costs: dict[str, float], reserve: float | None,
+             at: bool = False) -> Call:
+    """(sql, params, names or None) of the grant for these costs (at: with
+    the server's now(), for a reservation)."""
+    end = "_at" if at else ""
     if len(costs) == 1:
         (name, cost), = costs.items()
         if reserve is None:
-            return st["try"], (name, cost), None
-        return st["try_r"], (name, cost, reserve), None
+            return st["try" + end], (name, cost), None
+        return st["try_r" + end], (name, cost, reserve), None
     names = list(costs)
     values = [costs[n] for n in names]
     if reserve is None:
-        return st["try_all"], (names, values), names
-    return st["try_all_r"], (names, values, reserve), names
+        return st["try_all" + end], (names, values), names
+    return st["try_all_r" + end], (names, values, reserve), names
 
 
 def peek_call(st: Statements, costs: dict[str, float], reserve: float | None) -> Call:
@@ -602,9 +606,10 @@ class Core:
             return self._st.sql["try"], (costs, 1.0 if cost is None else float(cost))
         return None
 
-    def _try(self, costs: Costs, cost: float | None, reserve: float | None) -> Plan[Decision]:
+    def _try(self, costs: Costs, cost: float | None, reserve: float | None,
+             at: bool = False) -> Plan[Decision]:
         st = self._st or (yield from self._statements())
-        sql, params, names = try_call(st, costs_of(costs, cost), reserve)
+        sql, params, names = try_call(st, costs_of(costs, cost), reserve, at)
         return combine((yield Run(sql, params, False)), names)
 
     def _peek(self, costs: Costs, cost: float | None, reserve: float | None) -> Plan[Decision]:
@@ -613,7 +618,9 @@ class Core:
         return combine((yield Run(sql, params, True)), names)
 
     def _acquire(self, costs: Costs, cost: float | None, timeout: Duration | None,
-                 reserve: float | None, wait: str) -> Plan[Decision]:
+                 reserve: float | None, wait: str, at: bool = False) -> Plan[Decision]:
+        """at: a reservation's, whose decision keeps the server's now() of the
+        grant (reserved_at)."""
         c = costs_of(costs, cost)
         limit = seconds(timeout)
         if wait == "server":
@@ -627,7 +634,7 @@ class Core:
         deadline = None if limit is None else time.monotonic() + limit
         backoff = Backoff(self.jitter, self.max_jitter)
         while True:
-            decision = yield from self._try(c, None, reserve)
+            decision = yield from self._try(c, None, reserve, at)
             if decision.granted:
                 return decision
             now = time.monotonic()
@@ -639,7 +646,7 @@ class Core:
     def _reserve(self, costs: Costs, cost: float | None, timeout: Duration | None,
                  reserve: float | None, wait: str) -> Plan[tuple[dict[str, float], Decision]]:
         c = costs_of(costs, cost)
-        decision = yield from self._acquire(c, None, timeout, reserve, wait)
+        decision = yield from self._acquire(c, None, timeout, reserve, wait, True)
         if not decision.granted:
             raise RateLimited(f"not granted within {seconds(timeout)} s",
                               decision.retry_after, decision)
