@@ -98,7 +98,7 @@ class Quota:
 def combine(rows: Rows, names: list[str] | None = None) -> Decision:
     """A Decision from tb_try/tb_peek's row (granted, remaining, retry, reset,
     denied_by), or from tb_try_all's rows (name, granted, remaining, retry,
-    reset); a try's rows end with now(), the moment of a grant."""
+    reset); a reservation's try's rows end with now(), the moment of a grant."""
     if names is None:
         row = rows[0]
         at = row[5] if row[0] and len(row) > 5 else None
@@ -662,7 +662,8 @@ class Core:
     def _leased(self, name: str, slots: int, timeout: Duration | None, ttl: Duration | None,
                 reserve: float | None,
                 costs: dict[str, float] | None) -> Plan[tuple[int, datetime | None]]:
-        """(the lease, the server's now() when it was taken with costs) of a session lease on the process's lease connection (tb_lease, or
+        """(the lease, the server's now() when taken with costs) of a session
+        lease on the process's lease connection (tb_lease, or
         tb_lease_all with costs: the tokens too, all or nothing), waiting
         here up to timeout (None: no limit) and holding no connection while
         it waits: woken by a release of this process, else asking again
