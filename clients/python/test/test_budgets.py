@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 import tokenbucket
-from conftest import conninfo, url
+from conftest import conninfo, make_bucket, stats, url
 
 
 def prices(admin, model: str) -> None:
@@ -86,3 +86,99 @@ async def test_budgets_async(admin, name):
         assert q[team].budget == 500 and q[team + ":bob"].period == "1 day"
         await lim.set_parent(team + ":bob", None)
         await lim.close()
+
+
+# ---- what a settle gives back up a hierarchy -------------------------------------
+
+def hierarchy(admin, name: str) -> tuple[str, str, str]:
+    """A user under a team, a second team; no refill to speak of."""
+    team, other, user = name + "team", name + "other", name + "team:ann"
+    for b in (team, other, user):
+        make_bucket(admin, b, 1000, 1, 36000)
+    admin.execute("SELECT tb_set_parent(%s, %s)", (user, team))
+    return team, other, user
+
+
+def near(admin, bucket: str, expected: float) -> bool:
+    """The bucket's own tokens (tb_peek of a child gives the least up its parents)."""
+    return abs(stats(admin, bucket)["tokens"] - expected) < 0.1
+
+
+def test_settle_gives_back_to_the_parent(admin, name):
+    team, other, user = hierarchy(admin, name)
+    lim = tokenbucket.Limiter(conninfo())
+    with lim.reserve(user, 100) as r:
+        r.settle(30)                                   # 70 back, to the user and the team
+    assert near(admin, user, 970) and near(admin, team, 970)
+    with lim.reserve({user: 100, other: 1}, wait="server") as r:     # tb_acquire_all_wait
+        r.refund()
+    assert near(admin, user, 970) and near(admin, team, 970) and near(admin, other, 1000)
+    admin.execute("SELECT tb_create_limit(%s, 2)", (name + "calls",))
+    with lim.reserve(user, 100, lease=name + "calls") as r:        # tb_lease_all
+        r.settle(60)
+    assert near(admin, user, 910) and near(admin, team, 910)
+    # the limiter's own settle and refund, with the moment a reservation keeps
+    d = lim.reserve(user, 100, reserve=0.01, timeout=0).decision
+    assert d.granted and d.reserved_at is not None
+    lim.settle(user, 100, 40, reserved_at=d.reserved_at)
+    assert near(admin, user, 870) and near(admin, team, 870)
+    d = lim.reserve({user: 50, other: 1}, timeout=0).decision
+    lim.refund({user: 50, other: 1}, reserved_at=d.reserved_at)
+    assert near(admin, user, 870) and near(admin, team, 870) and near(admin, other, 1000)
+    # without the moment: to the bucket alone, as tb_settle without reserved_at
+    lim.try_(user, 10)
+    lim.settle(user, 10, 0)
+    assert near(admin, user, 870) and near(admin, team, 860)
+    lim.close()
+
+
+def test_moved_user_gives_nothing_to_the_new_team(admin, name):
+    team, other, user = hierarchy(admin, name)
+    lim = tokenbucket.Limiter(conninfo())
+    with lim.reserve(user, 100) as r:
+        lim.set_parent(user, other)                   # moved between reserve and settle
+        r.settle(30)
+    # the user gets its 70 back; the old team is no longer above it, the new
+    # one never lent them
+    assert near(admin, user, 970) and near(admin, team, 900) and near(admin, other, 1000)
+    lim.close()
+
+
+async def test_settle_gives_back_to_the_parent_async(admin, name):
+    for driver in ("asyncpg", "psycopg"):
+        team, other, user = hierarchy(admin, name + driver)
+        lim = tokenbucket.AsyncLimiter(url() if driver == "asyncpg" else conninfo(),
+                                       driver=driver)
+        async with lim.reserve(user, 100) as r:
+            await r.settle(30)
+        assert near(admin, user, 970) and near(admin, team, 970)
+        async with lim.reserve({user: 100, other: 1}) as r:
+            await r.refund()
+        assert near(admin, user, 970) and near(admin, team, 970)
+        d = (await lim.reserve(user, 100)).decision
+        await lim.settle(user, 100, 40, reserved_at=d.reserved_at)
+        await lim.refund(user, 0, reserved_at=d.reserved_at)
+        assert near(admin, user, 930) and near(admin, team, 930)
+        async with lim.reserve(user, 100) as r:
+            await lim.set_parent(user, other)
+            await r.settle(30)
+        assert near(admin, user, 900) and near(admin, team, 830) and near(admin, other, 1000)
+        await lim.close()
+
+
+def test_celery_settle_gives_back_to_the_parent(admin, name):
+    from celery import Celery
+    import tokenbucket.celery as tbc
+
+    team, other, user = hierarchy(admin, name)
+    lim = tokenbucket.Limiter(conninfo())
+    app = Celery("tb_test", broker="memory://", backend="cache+memory://")
+
+    @app.task(bind=True, max_retries=None)
+    @tbc.limited(lim, {user: 100})
+    def work(self, reservation=None):
+        reservation.settle(30)
+
+    work.apply().get()
+    assert near(admin, user, 970) and near(admin, team, 970)
+    lim.close()

@@ -524,12 +524,14 @@ class AsyncLimiter(_core.Core):
                                                               slots, ttl), self._ungrant),
             self._mapping(headers))
 
-    async def refund(self, name: str | Mapping[str, float], tokens: float | None = None) -> Any:
-        return await self._drive(self._refund(name, tokens))
+    async def refund(self, name: str | Mapping[str, float], tokens: float | None = None, *,
+                     reserved_at: datetime | None = None) -> Any:
+        return await self._drive(self._refund(name, tokens, reserved_at))
 
     async def settle(self, name: str | Mapping[str, tuple[float, float]],
-                     reserved: float | None = None, used: float | None = None) -> Any:
-        return await self._drive(self._settle(name, reserved, used))
+                     reserved: float | None = None, used: float | None = None, *,
+                     reserved_at: datetime | None = None) -> Any:
+        return await self._drive(self._settle(name, reserved, used, reserved_at))
 
     async def sync(self, name: str | Mapping[str, float], remaining: float | None = None) -> Any:
         return await self._drive(self._sync(name, remaining))

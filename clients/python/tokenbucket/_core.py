@@ -58,13 +58,18 @@ class Decision:
     full (the longest over the buckets); buckets: each bucket's row;
     denied_by: None when granted, else the bucket that refused (one called,
     or a parent of one: extension 1.9), of several the one that waits
-    longest; None from a server that does not say (before 1.9, the proxy)."""
+    longest; None from a server that does not say (before 1.9, the proxy);
+    reserved_at: a reservation's (reserve, and acquire with wait="server"),
+    the server's now() of the transaction that took the tokens, the moment
+    to give settle and refund (reserved_at=) so that they give back to the
+    parents charged (None: not granted, or try_ and the others)."""
     granted: bool
     remaining: float
     retry_after: float
     reset_after: float
     buckets: tuple[BucketDecision, ...] = field(default=())
     denied_by: str | None = None
+    reserved_at: datetime | None = None
 
     def __bool__(self) -> bool:
         return self.granted
@@ -91,25 +96,29 @@ class Quota:
 
 
 def combine(rows: Rows, names: list[str] | None = None) -> Decision:
-    """A Decision from tb_try/tb_peek's row (granted, remaining, retry, reset),
-    or from tb_try_all's rows (name, granted, remaining, retry, reset)."""
+    """A Decision from tb_try/tb_peek's row (granted, remaining, retry, reset,
+    denied_by), or from tb_try_all's rows (name, granted, remaining, retry,
+    reset); a reservation's try's rows end with now(), the moment of a grant."""
     if names is None:
         row = rows[0]
-        return Decision(bool(row[0]), row[1], row[2], row[3], denied_by=row[4])
+        at = row[5] if row[0] and len(row) > 5 else None
+        return Decision(bool(row[0]), row[1], row[2], row[3], denied_by=row[4], reserved_at=at)
     parts = tuple(BucketDecision(r[0], bool(r[1]), r[2], r[3], r[4]) for r in rows)
     granted = all(p.granted for p in parts)
     longest = max(parts, key=lambda p: p.retry_after)
+    at = rows[0][5] if granted and len(rows[0]) > 5 else None
     return Decision(granted, min(p.remaining for p in parts),
                     longest.retry_after, max(p.reset_after for p in parts),
-                    parts, None if granted else longest.name)
+                    parts, None if granted else longest.name, at)
 
 
 WAITED = float("nan")
 
 
-def waited(granted: bool) -> Decision:
-    """The decision of a wait in the server, which answers only yes or no."""
-    return Decision(granted, WAITED, 0.0 if granted else math.inf, WAITED)
+def waited(granted: bool, at: datetime | None = None) -> Decision:
+    """The decision of a wait in the server, which answers only yes or no
+    (at: the server's now() of a grant)."""
+    return Decision(granted, WAITED, 0.0 if granted else math.inf, WAITED, reserved_at=at)
 
 
 def one(given: object, names: list[str], rows: Rows) -> Any:
@@ -214,14 +223,24 @@ class Statements:
                           f"p.reset_after_seconds FROM unnest($1::text[], $2::float8[]) "
                           f"WITH ORDINALITY AS u(n, c, i), LATERAL {s}tb_peek(u.n, u.c, $3::float8) "
                           f"AS p ORDER BY u.i",
-            "wait": f"SELECT {s}tb_acquire_wait($1::text, $2::float8, make_interval(secs => $3::float8))",
+            "wait": f"SELECT {s}tb_acquire_wait($1::text, $2::float8, "
+                    f"make_interval(secs => $3::float8)), now()",
             "wait_all": f"SELECT {s}tb_acquire_all_wait($1::text[], $2::float8[], "
-                        f"make_interval(secs => $3::float8))",
+                        f"make_interval(secs => $3::float8)), now()",
             # names sorted by the caller: two refunds of the same buckets lock
             # their rows in one order
             "refund": f"SELECT {s}tb_refund(u.n, u.t) FROM unnest($1::text[], $2::float8[]) AS u(n, t)",
             "settle": f"SELECT {s}tb_settle(u.n, u.r, u.u) "
                       f"FROM unnest($1::text[], $2::float8[], $3::float8[]) AS u(n, r, u)",
+            # with the reservation's moment: back up the parents it was charged to (1.9)
+            "refund_at": f"SELECT {s}tb_refund(u.n, u.t, a.a) FROM unnest($1::text[], "
+                         f"$2::float8[]) AS u(n, t), CAST($3::timestamptz AS timestamptz) AS a(a)",
+            "settle_at": f"SELECT {s}tb_settle(u.n, u.r, u.u, a.a) "
+                         f"FROM unnest($1::text[], $2::float8[], $3::float8[]) AS u(n, r, u), "
+                         f"CAST($4::timestamptz AS timestamptz) AS a(a)",
+            "has_at": "SELECT coalesce(has_function_privilege(to_regprocedure($1::text)::oid, "
+                      "'EXECUTE') AND has_function_privilege(to_regprocedure($2::text)::oid, "
+                      "'EXECUTE'), false)",
             "sync": f"SELECT {s}tb_sync(u.n, u.r) FROM unnest($1::text[], $2::float8[]) AS u(n, r)",
             "pause": f"SELECT {s}tb_pause(u.n, d.d) FROM unnest($1::text[]) AS u(n), "
                      f"make_interval(secs => $2::float8) AS d(d)",
@@ -232,7 +251,7 @@ class Statements:
             "lease_wait": f"SELECT {s}tb_lease_wait($1::text, $2::int4, 'session', "
                           f"make_interval(secs => $3::float8), make_interval(secs => $4::float8), $5::float8)",
             "lease_all": f"SELECT {s}tb_lease_all($1::text, $2::text[], $3::float8[], $4::int4, "
-                         f"'session', make_interval(secs => $5::float8), $6::float8)",
+                         f"'session', make_interval(secs => $5::float8), $6::float8), now()",
             "release": f"SELECT {s}tb_release($1::int8)",
             "has_ensure": "SELECT to_regprocedure($1::text) IS NOT NULL",
             "ensure": f"SELECT {s}tb_ensure($1::text, $2::float8, $3::float8, "
@@ -252,6 +271,11 @@ class Statements:
                       f"period_start, period_end, memory, template FROM {s}tb_quotas "
                       f"WHERE starts_with(name, coalesce($1::text, '')) ORDER BY name",
         }
+        # a reservation's grant reads now() in its statement too: the moment
+        # settle and refund give back (reserved_at); try_ goes without (a
+        # timestamptz column costs a try_ a tenth more)
+        for k in ("try", "try_r", "try_all", "try_all_r"):
+            sql[k + "_at"] = sql[k].replace(" FROM ", ", now() FROM ", 1)
         self.prefix = s
         for text in sql.values():   # "%s" takes parameters in the order written
             used = [int(p[1:]) for p in _PARAM.findall(text)]
@@ -271,18 +295,21 @@ SCHEMA_QUERY = ("SELECT n.nspname FROM pg_catalog.pg_extension e "
 Call = tuple[str, tuple[Any, ...], Union[list[str], None]]
 
 
-def try_call(st: Statements, costs: dict[str, float], reserve: float | None) -> Call:
-    """(sql, params, names or None) of the grant for these costs."""
+def try_call(st: Statements, costs: dict[str, float], reserve: float | None,
+             at: bool = False) -> Call:
+    """(sql, params, names or None) of the grant for these costs (at: with
+    the server's now(), for a reservation)."""
+    end = "_at" if at else ""
     if len(costs) == 1:
         (name, cost), = costs.items()
         if reserve is None:
-            return st["try"], (name, cost), None
-        return st["try_r"], (name, cost, reserve), None
+            return st["try" + end], (name, cost), None
+        return st["try_r" + end], (name, cost, reserve), None
     names = list(costs)
     values = [costs[n] for n in names]
     if reserve is None:
-        return st["try_all"], (names, values), names
-    return st["try_all_r"], (names, values, reserve), names
+        return st["try_all" + end], (names, values), names
+    return st["try_all_r" + end], (names, values, reserve), names
 
 
 def peek_call(st: Statements, costs: dict[str, float], reserve: float | None) -> Call:
@@ -537,6 +564,7 @@ class Core:
         self.jitter, self.max_jitter = jitter, max_jitter
         self._st: Statements | None = None
         self._has_ensure: bool | None = None
+        self._has_at: bool | None = None
 
     def _joined(self, lim: C) -> C:
         """lim, made by on(conn): it shares this limiter's SQL when its driver's
@@ -578,9 +606,10 @@ class Core:
             return self._st.sql["try"], (costs, 1.0 if cost is None else float(cost))
         return None
 
-    def _try(self, costs: Costs, cost: float | None, reserve: float | None) -> Plan[Decision]:
+    def _try(self, costs: Costs, cost: float | None, reserve: float | None,
+             at: bool = False) -> Plan[Decision]:
         st = self._st or (yield from self._statements())
-        sql, params, names = try_call(st, costs_of(costs, cost), reserve)
+        sql, params, names = try_call(st, costs_of(costs, cost), reserve, at)
         return combine((yield Run(sql, params, False)), names)
 
     def _peek(self, costs: Costs, cost: float | None, reserve: float | None) -> Plan[Decision]:
@@ -589,20 +618,23 @@ class Core:
         return combine((yield Run(sql, params, True)), names)
 
     def _acquire(self, costs: Costs, cost: float | None, timeout: Duration | None,
-                 reserve: float | None, wait: str) -> Plan[Decision]:
+                 reserve: float | None, wait: str, at: bool = False) -> Plan[Decision]:
+        """at: a reservation's, whose decision keeps the server's now() of the
+        grant (reserved_at)."""
         c = costs_of(costs, cost)
         limit = seconds(timeout)
         if wait == "server":
             sql, params = wait_call((yield from self._statements()), c, limit, reserve)
-            if (yield Run(sql, params, False))[0][0]:
-                return waited(True)
+            rows = yield Run(sql, params, False)
+            if rows[0][0]:
+                return waited(True, rows[0][1])
             return (yield from self._peek(c, None, reserve))
         if wait != "client":
             raise ValueError("wait is 'client' or 'server'")
         deadline = None if limit is None else time.monotonic() + limit
         backoff = Backoff(self.jitter, self.max_jitter)
         while True:
-            decision = yield from self._try(c, None, reserve)
+            decision = yield from self._try(c, None, reserve, at)
             if decision.granted:
                 return decision
             now = time.monotonic()
@@ -614,7 +646,7 @@ class Core:
     def _reserve(self, costs: Costs, cost: float | None, timeout: Duration | None,
                  reserve: float | None, wait: str) -> Plan[tuple[dict[str, float], Decision]]:
         c = costs_of(costs, cost)
-        decision = yield from self._acquire(c, None, timeout, reserve, wait)
+        decision = yield from self._acquire(c, None, timeout, reserve, wait, True)
         if not decision.granted:
             raise RateLimited(f"not granted within {seconds(timeout)} s",
                               decision.retry_after, decision)
@@ -624,7 +656,14 @@ class Core:
 
     def _lease(self, name: str, slots: int, timeout: Duration | None, ttl: Duration | None,
                reserve: float | None, costs: dict[str, float] | None) -> Plan[int]:
-        """A session lease on the process's lease connection (tb_lease, or
+        """_leased's lease."""
+        return (yield from self._leased(name, slots, timeout, ttl, reserve, costs))[0]
+
+    def _leased(self, name: str, slots: int, timeout: Duration | None, ttl: Duration | None,
+                reserve: float | None,
+                costs: dict[str, float] | None) -> Plan[tuple[int, datetime | None]]:
+        """(the lease, the server's now() when taken with costs) of a session
+        lease on the process's lease connection (tb_lease, or
         tb_lease_all with costs: the tokens too, all or nothing), waiting
         here up to timeout (None: no limit) and holding no connection while
         it waits: woken by a release of this process, else asking again
@@ -643,7 +682,7 @@ class Core:
         while True:
             rows, seen = yield Keep(sql, params)
             if rows[0][0] is not None:
-                return int(rows[0][0])
+                return int(rows[0][0]), rows[0][1] if len(rows[0]) > 1 else None
             now = time.monotonic()
             left = math.inf if deadline is None else deadline - now
             decision = None
@@ -674,8 +713,8 @@ class Core:
                         ttl: Duration | None) -> Plan[Granted]:
         """reserve(lease=...): the lease and the tokens together (tb_lease_all)."""
         c = costs_of(costs, cost)
-        held = yield from self._lease(lease, slots, timeout, ttl, reserve, c)
-        return c, waited(True), held
+        held, at = yield from self._leased(lease, slots, timeout, ttl, reserve, c)
+        return c, waited(True, at), held
 
     def _reserved(self, costs: Costs, cost: float | None, timeout: Duration | None,
                   reserve: float | None, wait: str) -> Plan[Granted]:
@@ -685,7 +724,7 @@ class Core:
     def _ungrant(self, got: Granted) -> Plan[None]:
         """Undo a grant a cancellation cut short: refund, release."""
         try:
-            yield from self._refund(got[0], None)
+            yield from self._refund(got[0], None, got[1].reserved_at)
         finally:
             if got[2] is not None:
                 yield from self._unlease(got[2])
@@ -695,27 +734,46 @@ class Core:
         reserved): seconds until the buckets are out of the debt this
         leaves, when the tokens are the booker's in turn (the callers who
         booked before it first)."""
-        yield from self._settle({n: (0.0, c) for n, c in costs.items()}, None, None)
+        yield from self._settle({n: (0.0, c) for n, c in costs.items()}, None, None, None)
         return (yield from self._peek({n: 0.0 for n in costs}, None, None)).retry_after
 
     # -- after a call
 
     def _apply(self, key: str, name: str | Mapping[str, Any], values: dict[str, float],
-               safe: bool) -> Plan[Any]:
+               safe: bool, *more: Any) -> Plan[Any]:
         """tb_refund or tb_sync of each bucket (sorted): one(name, ...)."""
         names, amounts_ = sorted_pairs(values)
         st = yield from self._statements()
-        return one(name, names, (yield Run(st[key], (names, amounts_), safe)))
+        return one(name, names, (yield Run(st[key], (names, amounts_, *more), safe)))
 
-    def _refund(self, name: str | Mapping[str, float], tokens: float | None) -> Plan[Any]:
-        return (yield from self._apply("refund", name, amounts(name, tokens, "tokens"), False))
+    def _at(self, reserved_at: datetime | None) -> Plan[bool]:
+        """Whether to settle or refund with reserved_at: given, and the
+        server has the forms with it (extension 1.9, tokenbucket_proxy 1.5)
+        and lets this role call them (asked once); else the forms without
+        it, which give back to the buckets alone."""
+        if reserved_at is None:
+            return False
+        if self._has_at is None:
+            st = yield from self._statements()
+            rows = yield Run(st["has_at"], (
+                st.prefix + "tb_settle(text,float8,float8,timestamptz)",
+                st.prefix + "tb_refund(text,float8,timestamptz)"), True)
+            self._has_at = bool(rows[0][0])
+        return self._has_at
+
+    def _refund(self, name: str | Mapping[str, float], tokens: float | None,
+                reserved_at: datetime | None = None) -> Plan[Any]:
+        values = amounts(name, tokens, "tokens")
+        if (yield from self._at(reserved_at)):
+            return (yield from self._apply("refund_at", name, values, False, reserved_at))
+        return (yield from self._apply("refund", name, values, False))
 
     def _sync(self, name: str | Mapping[str, float], remaining: float | None) -> Plan[Any]:
         return (yield from self._apply("sync", name, amounts(name, remaining, "remaining"),
                                        True))
 
     def _settle(self, name: str | Mapping[str, tuple[float, float]], reserved: float | None,
-                used: float | None) -> Plan[Any]:
+                used: float | None, reserved_at: datetime | None = None) -> Plan[Any]:
         if isinstance(name, str):
             if reserved is None or used is None:
                 raise TypeError("reserved= and used= go with a bucket name; give a mapping "
@@ -725,8 +783,12 @@ class Core:
             pairs = {n: (float(r), float(u)) for n, (r, u) in name.items()}
         names = sorted(pairs)
         st = yield from self._statements()
-        rows = yield Run(st["settle"], (names, [pairs[n][0] for n in names],
-                                        [pairs[n][1] for n in names]), False)
+        params: tuple[Any, ...] = (names, [pairs[n][0] for n in names],
+                                   [pairs[n][1] for n in names])
+        if (yield from self._at(reserved_at)):
+            rows = yield Run(st["settle_at"], (*params, reserved_at), False)
+        else:
+            rows = yield Run(st["settle"], params, False)
         return one(name, names, rows)
 
     def _pause(self, names: str | Iterable[str], for_: Duration) -> Plan[None]:
@@ -848,11 +910,11 @@ class ReservationCore:
             n: (self.costs[n], u) for n, u in self._used(used).items() if u != self.costs[n]}
         self._claim()
         if pairs:
-            yield from self.limiter._settle(pairs, None, None)
+            yield from self.limiter._settle(pairs, None, None, self.decision.reserved_at)
 
     def _refund(self) -> Plan[None]:
         self._claim()
-        yield from self.limiter._refund(self.costs, None)
+        yield from self.limiter._refund(self.costs, None, self.decision.reserved_at)
 
     def _observe(self, status: int, headers: Any) -> Plan[_headers.Observation]:
         self.observation = yield from self.limiter._observe(status, headers, self.mapping,

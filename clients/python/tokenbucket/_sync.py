@@ -480,14 +480,20 @@ class Limiter(_core.Core):
 
     # -- after a call
 
-    def refund(self, name: str | Mapping[str, float], tokens: float | None = None) -> Any:
-        """Give tokens back (tb_refund): the tokens held after, per bucket."""
-        return self._drive(self._refund(name, tokens))
+    def refund(self, name: str | Mapping[str, float], tokens: float | None = None, *,
+               reserved_at: datetime | None = None) -> Any:
+        """Give tokens back (tb_refund): the tokens held after, per bucket.
+        reserved_at: the moment of the reservation (Decision.reserved_at), so
+        that the parents it was charged to get them back too; without it,
+        the buckets alone."""
+        return self._drive(self._refund(name, tokens, reserved_at))
 
     def settle(self, name: str | Mapping[str, tuple[float, float]],
-               reserved: float | None = None, used: float | None = None) -> Any:
-        """Charge what was used against what was reserved (tb_settle)."""
-        return self._drive(self._settle(name, reserved, used))
+               reserved: float | None = None, used: float | None = None, *,
+               reserved_at: datetime | None = None) -> Any:
+        """Charge what was used against what was reserved (tb_settle);
+        reserved_at as refund's."""
+        return self._drive(self._settle(name, reserved, used, reserved_at))
 
     def sync(self, name: str | Mapping[str, float], remaining: float | None = None) -> Any:
         """Lower a bucket to what the provider says remains (tb_sync; never raises it)."""

@@ -104,7 +104,7 @@ def _grant(limiter: Limiter, costs: dict[str, float], lease: str | None, book: b
             wait = refused.retry_after if math.isfinite(refused.retry_after) else LEASE_RETRY
         booked = False
     else:
-        decision = limiter.try_(costs)
+        decision = limiter._drive(limiter._try(costs, None, None, True))   # with its moment
         if decision.granted:
             return Reservation(limiter, costs, decision, limiter.headers)
         booked = book
