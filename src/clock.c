@@ -29,7 +29,7 @@
 #include "utils/timestamp.h"
 
 bool		tb_test_clock = false;
-pg_atomic_uint64 *tb_test_clock_shared = NULL;
+static pg_atomic_uint64 *tb_test_clock_shared = NULL;
 
 PG_FUNCTION_INFO_V1(tb_test_clock_set);
 PG_FUNCTION_INFO_V1(tb_test_clock_advance);
