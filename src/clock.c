@@ -23,6 +23,7 @@
 #include <math.h>
 
 #include "common.h"
+#include "miscadmin.h"
 #include "port/atomics.h"
 #include "shmem.h"
 #include "utils/guc.h"
@@ -132,6 +133,9 @@ tb_test_clock_advance(PG_FUNCTION_ARGS)
 void
 clock_init(void)
 {
+	/* a setting of the server's start: PostgreSQL 17 refuses it later */
+	if (!process_shared_preload_libraries_in_progress)
+		return;
 	DefineCustomBoolVariable("tokenbucket.test_clock",
 							 "For tests only: every decision reads a clock that tb_test_clock_set() moves.",
 							 "Never on in production: time stands still unless a superuser moves it.",
