@@ -4,7 +4,7 @@ EXTENSION = tokenbucket
 MODULE_big = tokenbucket
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" tokenbucket.control)
 OBJS = src/bucket.o src/period.o src/common.o src/clock.o src/shmem.o src/spi_session.o src/bucket_config.o src/table_store.o \
-	src/memory_entries.o src/memory_calendars.o src/memory_list.o src/memory_state.o src/memory_xact.o src/memory_store.o src/stats_hash.o src/stats_state.o src/stats.o src/stats_views.o src/hierarchy.o src/report.o src/alerts.o src/router.o src/wait.o src/limit_config.o src/limit_wake.o src/lease_pool.o src/lease_memory_records.o src/lease_memory_xact.o src/lease_memory.o src/lease_table.o src/limit_router.o src/lease.o src/xact.o src/held.o src/shard_call.o src/quota.o src/tokenbucket.o
+	src/memory_entries.o src/memory_calendars.o src/memory_list.o src/memory_state.o src/memory_xact.o src/memory_store.o src/stats_hash.o src/stats_state.o src/stats.o src/stats_views.o src/hierarchy.o src/report.o src/alerts.o src/router.o src/wait.o src/limit_config.o src/limit_wake.o src/lease_pool.o src/lease_memory_records.o src/lease_memory_xact.o src/lease_memory.o src/lease_table.o src/limit_router.o src/lease.o src/xact.o src/held.o src/shard_call.o src/quota.o src/test_clock.o src/tokenbucket.o
 DATA = $(wildcard sql/tokenbucket--*.sql)
 # the queries file for prometheus-postgres-exporter, into $(pg_config --docdir)/extension
 DOCS = prometheus/tokenbucket.yaml

@@ -12,7 +12,8 @@
  * schedule cross a refill or a period start when it says so, and nothing
  * else moves time.  The moment starts at the server's start.  The SQL
  * functions are revoked from PUBLIC, and raise 55000 unless the setting
- * is on.  Waits still sleep and time out on the real clock (see wait.c).
+ * is on (test_clock.c).  Waits still sleep and time out on the real
+ * clock (see wait.c).
  *
  * src/clock.c
  *
@@ -31,9 +32,6 @@
 
 bool		tb_test_clock = false;
 static pg_atomic_uint64 *tb_test_clock_shared = NULL;
-
-PG_FUNCTION_INFO_V1(tb_test_clock_set);
-PG_FUNCTION_INFO_V1(tb_test_clock_advance);
 
 /* SharedArea size: one moment. */
 static Size
@@ -73,60 +71,31 @@ tb_test_clock_read(void)
 	return (TimestampTz) pg_atomic_read_u64(tb_test_clock_shared);
 }
 
-/* The SQL functions work only on a server started with the setting on. */
-static void
-check_test_clock(const char *function)
+/* Whether the test clock can be moved: the setting on, the library preloaded. */
+bool
+tb_test_clock_usable(void)
 {
-	if (!tb_test_clock || tb_test_clock_shared == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("%s needs the test clock", function),
-				 errdetail("The test clock is for tests only: it replaces the time of every decision the extension makes."),
-				 errhint("Start a test server with tokenbucket.test_clock = on and the library in shared_preload_libraries.")));
+	return tb_test_clock && tb_test_clock_shared != NULL;
 }
 
-/* tb_test_clock_set(at timestamptz) returns timestamptz: the clock is "at". */
-Datum
-tb_test_clock_set(PG_FUNCTION_ARGS)
+/* Set the test clock to "at" (tb_test_clock_usable() first). */
+void
+tb_test_clock_write(TimestampTz at)
 {
-	static const ArgsSpec args = {"tb_test_clock_set", 0, {"at"}};
-	TimestampTz at;
-
-	check_not_null(fcinfo, &args);
-	check_test_clock("tb_test_clock_set");
-	at = PG_GETARG_TIMESTAMPTZ(0);
-	if (TIMESTAMP_NOT_FINITE(at))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("the test clock must be set to a finite moment")));
 	pg_atomic_write_u64(tb_test_clock_shared, (uint64) at);
-	PG_RETURN_TIMESTAMPTZ(at);
 }
 
-/*
- * tb_test_clock_advance(by interval) returns timestamptz: the clock moves
- * on by "by" (microseconds of it; a negative one moves it back).
- */
-Datum
-tb_test_clock_advance(PG_FUNCTION_ARGS)
+/* Move the test clock on by "usecs" (back when negative); the new moment. */
+TimestampTz
+tb_test_clock_add(int64 usecs)
 {
-	static const ArgsSpec args = {"tb_test_clock_advance", 0, {"by"}};
-	double		usecs;
-	uint64		was;
+	uint64		was = pg_atomic_read_u64(tb_test_clock_shared);
 	TimestampTz at;
 
-	check_not_null(fcinfo, &args);
-	check_test_clock("tb_test_clock_advance");
-	if (!interval_usecs(PG_GETARG_INTERVAL_P(0), &usecs) ||
-		fabs(usecs) > (double) USECS_PER_DAY * 365 * 1000)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("the test clock moves by a finite interval of at most 1000 years")));
-	was = pg_atomic_read_u64(tb_test_clock_shared);
 	do
-		at = (TimestampTz) was + (int64) usecs;
+		at = (TimestampTz) was + usecs;
 	while (!pg_atomic_compare_exchange_u64(tb_test_clock_shared, &was, (uint64) at));
-	PG_RETURN_TIMESTAMPTZ(at);
+	return at;
 }
 
 /* The setting, and its shared moment when preloading (from _PG_init). */

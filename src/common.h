@@ -89,6 +89,9 @@ extern bool installation_dropped(ObjectAccessType access, Oid classId, Oid objec
  */
 extern PGDLLIMPORT bool tb_test_clock;
 extern TimestampTz tb_test_clock_read(void);
+extern bool tb_test_clock_usable(void);
+extern void tb_test_clock_write(TimestampTz at);
+extern TimestampTz tb_test_clock_add(int64 usecs);
 extern void clock_init(void);
 
 static inline TimestampTz

@@ -666,7 +666,6 @@ tb_refund(PG_FUNCTION_ARGS)
 	static const ArgsSpec args = {"tb_refund", ARG_MAY_BE_NULL(2), {"name", "tokens", "reserved_at"}};
 	Installation inst = installation_of(fcinfo);
 	double		tokens = PG_GETARG_FLOAT8(1);
-
 	BucketCounters delta = {.refunded_tokens = tokens};
 
 	check_not_null(fcinfo, &args);
